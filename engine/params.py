@@ -1,0 +1,98 @@
+"""Per-request generation knobs and per-process engine settings.
+
+Each dataclass validates itself and raises ValueError naming the field. Knows nothing about
+tensors, tokenizers or the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+POLICIES = ("low_confidence", "threshold", "entropy")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The reasoning dial: more denoising passes buy accuracy, fewer buy speed.
+
+    policy:          "low_confidence" (LLaDA: fixed `steps_per_block` passes per block),
+                     "threshold" (Fast-dLLM: commit every slot with p > `threshold`, >= 1 a pass),
+                     "entropy" (EB-sampler: commit lowest-entropy slots while their summed
+                     entropy stays <= `entropy_bound`, >= 1 a pass).
+    block_size:      decoding block; None takes the model's. Block-causal models accept a
+                     divisor of their trained block (sub-blocks decoded in order inside it).
+    temperature:     0 = greedy; > 0 samples with Gumbel noise drawn from `seed`.
+    ignore_eos:      keep generating to max_new_tokens (benchmarks at equal answer length).
+    """
+
+    max_new_tokens: int = 64
+    policy: str = "low_confidence"
+    steps_per_block: int = 4
+    threshold: float = 0.9
+    entropy_bound: float = 0.5
+    block_size: int | None = None
+    temperature: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if not isinstance(self.steps_per_block, int) or self.steps_per_block < 1:
+            raise ValueError(f"steps_per_block must be >= 1, got {self.steps_per_block!r}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
+        if self.entropy_bound < 0.0:
+            raise ValueError(f"entropy_bound must be >= 0, got {self.entropy_bound!r}")
+        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
+            raise ValueError(f"block_size must be a positive integer or None, got {self.block_size!r}")
+        if self.temperature < 0.0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be a sequence of non-empty strings, got {self.stop!r}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Process-wide settings for one Engine.
+
+    max_running:  requests decoded concurrently (KV-cache slots; also the largest batch).
+    max_queued:   requests waiting for a slot; one more is rejected with EngineOverloaded.
+    max_seq_len:  prompt + answer tokens a slot holds (None: the model's limit, capped at 4096).
+    prefix_cache: approximate prefix cache for full-bidirectional models (Fast-dLLM v1); the
+                  exact block cache of block-causal models is always on.
+    batch_buckets: batch sizes are padded up to the next bucket (CUDA-graph friendly).
+    enforce_eager: never capture CUDA graphs (always true on CPU).
+    """
+
+    device: str = "auto"
+    dtype: str = "auto"
+    max_running: int = 16
+    max_queued: int = 64
+    max_seq_len: int | None = None
+    prefix_cache: bool = True
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    enforce_eager: bool = False
+    kernels: str = "auto"
+    default_params: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
+        if self.max_running < 1:
+            raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        if self.max_queued < 0:
+            raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
+        if self.max_seq_len is not None and self.max_seq_len < 16:
+            raise ValueError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
+        if self.kernels not in ("auto", "triton", "torch"):
+            raise ValueError(f"kernels must be auto/triton/torch, got {self.kernels!r}")
+        if not self.batch_buckets or list(self.batch_buckets) != sorted(set(self.batch_buckets)):
+            raise ValueError(f"batch_buckets must be strictly increasing, got {self.batch_buckets}")
