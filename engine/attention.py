@@ -1,0 +1,42 @@
+"""Attention of a block's new tokens over a slot's cached prefix plus the new tokens themselves.
+
+Visibility (identical for every family; only `block_size` differs):
+  cached key t of row b   visible iff t < cache_lens[b]   (the cache only holds earlier positions)
+  new key j of row b      visible iff key_valid[b, j] and (block_size == 0 or
+                          positions[b, j] // block_size <= positions[b, i] // block_size)
+Routes to kernels.ops.block_attention (Triton on CUDA, its PyTorch reference elsewhere) when that
+package provides it; this module keeps the mask semantics in one place for the engine.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens: torch.Tensor,
+                   cache_len_max: int, block_size: int) -> torch.Tensor:
+    """Boolean mask [B, 1, L, Tc + L] (True = attend) over cat(cached keys, new keys)."""
+    b, l = positions.shape
+    cached = torch.arange(cache_len_max, device=positions.device)[None, :] < cache_lens[:, None]
+    cached = cached[:, None, :].expand(b, l, cache_len_max)  # [B, L, Tc]
+    new = key_valid[:, None, :].expand(b, l, l)  # [B, Lq, Lk]
+    if block_size:
+        blk = positions // block_size
+        new = new & (blk[:, None, :] <= blk[:, :, None])
+    # a query with no visible key (padding) sees itself, so its (unused) output stays finite
+    blind = ~(cached.any(-1) | new.any(-1))  # [B, L]
+    new = new | (torch.eye(l, dtype=torch.bool, device=positions.device)[None] & blind[:, :, None])
+    return torch.cat((cached, new), dim=-1)[:, None]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cached: torch.Tensor,
+           v_cached: torch.Tensor, cache_lens: torch.Tensor, positions: torch.Tensor,
+           key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
+    """q [B, L, Hq, D]; k/v [B, L, Hkv, D]; k_cached/v_cached [B, Tc, Hkv, D] -> [B, L, Hq, D]."""
+    mask = attention_mask(positions, key_valid, cache_lens, k_cached.shape[1], block_size)
+    keys = torch.cat((k_cached, k), dim=1).transpose(1, 2)  # [B, Hkv, Tc + L, D]
+    values = torch.cat((v_cached, v), dim=1).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                         enable_gqa=q.shape[2] != k.shape[2])
+    return out.transpose(1, 2)

@@ -1,0 +1,156 @@
+"""The decoder shared by every supported dLLM family (see engine.config for the table).
+
+Two entry points:
+  forward(input_ids, positions, attn_mask)            training / reference: no cache, explicit mask
+  forward_step(input_ids, positions, key_valid, ...)  inference: reads the slot KV cache, writes the
+                                                      new tokens' K/V where `write_pos` says so
+Weights use one internal naming (Qwen-style); engine.loader maps each family's names onto it.
+The model knows nothing about masks ids, tokenizers, policies or scheduling.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import attend
+from engine.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
+                                             dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv_freq  # [B, L, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [B, L, H, D]; cos/sin: [B, L, D]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, d
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+        self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.input_norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.post_norm = RMSNorm(h, cfg.rms_norm_eps)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        b, l, _ = x.shape
+        q = self.q_proj(x).view(b, l, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(b, l, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, l, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v  # each [B, L, H, D]
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DiffusionLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.num_embeddings, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.num_embeddings, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def init_weights(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
+        """Random init for fixtures and training from scratch (norms at 1, biases at 0)."""
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+            else:
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=generator) * std)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(hidden))[..., : self.config.vocab_size]
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids/positions [B, L]; attn_mask [B, 1, L, L] bool (True = may attend), None =
+        the family's own pattern over `positions`. Returns logits [B, L, V] (no logit shift)."""
+        cfg = self.config
+        if attn_mask is None:
+            blk = positions // cfg.block_size if cfg.block_causal else torch.zeros_like(positions)
+            attn_mask = (blk[:, None, :, None] >= blk[:, None, None, :])
+        x = self.embed(input_ids)  # [B, L, H]
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        for layer in self.layers:
+            q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
+            attn = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=attn_mask,
+                enable_gqa=cfg.num_heads != cfg.num_kv_heads)  # [B, Hq, L, D]
+            x = x + layer.o_proj(attn.transpose(1, 2).flatten(2))
+            x = x + layer.mlp(layer.post_norm(x))
+        return self.logits(x)
+
+    def forward_step(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                     key_valid: torch.Tensor, kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
+                     slots: torch.Tensor, cache_lens: torch.Tensor, cache_len_max: int,
+                     write_pos: torch.Tensor | None, logits_start: int) -> torch.Tensor:
+        """One denoising pass for a batch of requests.
+
+        input_ids/positions [B, L]: each row's new tokens (left-padded); key_valid [B, L]: which new
+        tokens are keys (padding and tokens whose K/V is already cached are not); kv_cache: per
+        layer (k, v) pools [S, T+1, Hkv, D] with slot index T the trash row; slots [B]: each row's
+        pool slot; cache_lens [B]: valid cached positions per row (all earlier than any new token);
+        cache_len_max: max(cache_lens) known on the host; write_pos [B, L]: pool position to write
+        each new token's K/V (T = discard), None = write nothing; logits_start: compute logits for
+        input positions [logits_start:] only. Returns logits [B, L - logits_start, V].
+        """
+        cfg = self.config
+        x = self.embed(input_ids)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        block = cfg.block_size if cfg.block_causal else 0
+        for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
+            q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
+            k_cached = k_pool[slots, :cache_len_max]  # [B, Tc, Hkv, D]
+            v_cached = v_pool[slots, :cache_len_max]
+            attn = attend(q, k, v, k_cached, v_cached, cache_lens, positions, key_valid, block)
+            if write_pos is not None:  # in place: the pools are the persistent cache
+                rows = slots[:, None].expand_as(write_pos)
+                k_pool[rows, write_pos] = k
+                v_pool[rows, write_pos] = v
+            x = x + layer.o_proj(attn.flatten(2))
+            x = x + layer.mlp(layer.post_norm(x))
+        return self.logits(x[:, logits_start:])

@@ -1,0 +1,121 @@
+"""Chat tokenizer from a checkpoint's own files, and incremental detokenisation for streaming.
+
+ChatTokenizer reads tokenizer.json (via `tokenizers`) and tokenizer_config.json (chat template,
+eos/mask tokens); it renders the chat template with jinja2 the way transformers does. It knows
+nothing about models or decoding. Detokenizer turns committed ids into text deltas that never end
+in broken UTF-8 or half a word.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+MASK_TOKEN_CANDIDATES = ("<|mask|>", "<|mdm_mask|>", "|<MASK>|", "<MASK>", "[MASK]", "<mask>")
+
+
+def _token_text(value) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+class ChatTokenizer:
+    def __init__(self, tokenizer: Tokenizer, chat_template: str | None, special: dict[str, str],
+                 source: str = "tokenizer"):
+        self.tokenizer = tokenizer
+        self.special = special
+        self.source = source
+        if chat_template is None:
+            raise ValueError(f"{source}: tokenizer_config.json has no chat_template")
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+
+        def raise_exception(message):
+            raise jinja2.exceptions.TemplateError(message)
+
+        env.globals["raise_exception"] = raise_exception
+        self.template = env.from_string(chat_template)
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> ChatTokenizer:
+        path = Path(path)
+        tok_file = path / "tokenizer.json"
+        if not tok_file.is_file():
+            raise FileNotFoundError(f"{tok_file}: missing (the engine needs the checkpoint's tokenizer)")
+        tokenizer = Tokenizer.from_file(str(tok_file))
+        cfg_file = path / "tokenizer_config.json"
+        cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+        template = cfg.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default") or next(iter(named.values()), None)
+        jinja_file = path / "chat_template.jinja"
+        if template is None and jinja_file.is_file():
+            template = jinja_file.read_text()
+        special = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "pad_token",
+                                                        "mask_token")}
+        return cls(tokenizer, template, {k: v for k, v in special.items() if v},
+                   source=str(cfg_file))
+
+    def token_id(self, text: str | None) -> int | None:
+        return None if text is None else self.tokenizer.token_to_id(text)
+
+    def mask_token_id(self) -> int | None:
+        for text in (self.special.get("mask_token"), *MASK_TOKEN_CANDIDATES):
+            tid = self.token_id(text)
+            if tid is not None:
+                return tid
+        return None
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content'")
+        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                    bos_token=self.special.get("bos_token", ""),
+                                    eos_token=self.special.get("eos_token", ""))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return self.encode(self.render(messages))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class Detokenizer:
+    """Turns a growing list of committed ids into text deltas.
+
+    A delta never ends inside a UTF-8 sequence or inside a word: text after the last whitespace is
+    held back until more ids arrive or `flush()` is called at the end of the answer.
+    """
+
+    def __init__(self, tokenizer: ChatTokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.emitted = ""
+
+    def _delta(self, final: bool) -> str:
+        text = self.tokenizer.decode(self.ids)
+        if not final:
+            text = text.rstrip("\ufffd")
+            cut = max(text.rfind(" "), text.rfind("\n"))
+            text = text[:cut] if cut > 0 else ""
+        if not text.startswith(self.emitted) or len(text) <= len(self.emitted):
+            return ""
+        delta, self.emitted = text[len(self.emitted):], text
+        return delta
+
+    def feed(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        return self._delta(final=False)
+
+    def flush(self) -> str:
+        return self._delta(final=True)

@@ -1,0 +1,157 @@
+"""The fact sheet: a YAML description of one business, loaded into frozen, validated dataclasses.
+
+`load_facts(path) -> FactSheet` raises ValueError naming the offending field (with the file name)
+for anything the data generator could not use. The schema is documented by the shipped example,
+engine/train/default_facts.yaml. Knows nothing about templates, tokenizers or models.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+DEFAULT_FACTS_PATH = Path(__file__).with_name("default_facts.yaml")
+_HOURS_RE = re.compile(r"^\d{1,2}(:\d\d)? ?(am|pm) to \d{1,2}(:\d\d)? ?(am|pm)$")
+_ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    spoken: str               # "a cleaning": how the agent starts a sentence about it
+    aliases: tuple[str, ...]  # how callers say it
+    price: str                # "95 dollars"
+    duration: str             # "45 minutes"
+
+
+@dataclass(frozen=True)
+class FaqItem:
+    id: str
+    questions: tuple[str, ...]
+    answer: str
+    fact: str
+
+
+@dataclass(frozen=True)
+class FactSheet:
+    name: str
+    kind: str
+    assistant_name: str
+    hours: tuple[tuple[str, str], ...]  # (day, "8 am to 5 pm" | "closed") for all seven days
+    address: str
+    directions: str
+    directions_fact: str
+    phone: str
+    email: str
+    website: str
+    services: tuple[Service, ...]
+    booking_answer: str
+    booking_fact: str
+    faq: tuple[FaqItem, ...]
+
+    def __post_init__(self) -> None:
+        aliases: dict[str, str] = {}
+        for service in self.services:
+            for alias in service.aliases:
+                other = aliases.setdefault(alias.lower(), service.name)
+                if other != service.name:
+                    raise ValueError(
+                        f"services: alias {alias!r} is used by both {other!r} and {service.name!r}")
+        ids = [item.id for item in self.faq]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"faq: ids must be unique, got {ids}")
+        for item in self.faq:
+            if item.fact.lower() not in item.answer.lower():
+                raise ValueError(f"faq[{item.id}].fact {item.fact!r} must appear in its answer")
+        if self.booking_fact.lower() not in self.booking_answer.lower():
+            raise ValueError(f"booking.fact {self.booking_fact!r} must appear in booking.answer")
+        if self.directions_fact.lower() not in self.directions.lower():
+            raise ValueError(
+                f"location.directions_fact {self.directions_fact!r} must appear in directions")
+
+
+def _text(section: dict, key: str, where: str) -> str:
+    value = section.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}.{key} must be a non-empty string, got {value!r}")
+    return " ".join(value.split())
+
+
+def _section(doc: dict, key: str, kind: type = dict):
+    value = doc.get(key)
+    if not isinstance(value, kind) or not value:
+        raise ValueError(f"{key} must be a non-empty {kind.__name__}, got {value!r}")
+    return value
+
+
+def parse_facts(doc: dict) -> FactSheet:
+    """Validate a parsed YAML document (see default_facts.yaml) into a FactSheet."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"the fact sheet must be a YAML mapping, got {type(doc).__name__}")
+    business = _section(doc, "business")
+    hours_doc = _section(doc, "hours")
+    hours = []
+    for day in DAYS:
+        value = _text(hours_doc, day, "hours").lower()
+        if value != "closed" and not _HOURS_RE.match(value):
+            raise ValueError(
+                f"hours.{day} must be 'closed' or like '8 am to 5 pm', got {value!r}")
+        hours.append((day, value))
+    unknown_days = set(hours_doc) - set(DAYS)
+    if unknown_days:
+        raise ValueError(f"hours: unknown day(s) {sorted(unknown_days)}; use {DAYS}")
+    location, contact, booking = (_section(doc, k) for k in ("location", "contact", "booking"))
+    services = []
+    for i, raw in enumerate(_section(doc, "services", list)):
+        where = f"services[{i}]"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be a mapping, got {raw!r}")
+        aliases = raw.get("aliases")
+        if not isinstance(aliases, list) or not aliases:
+            raise ValueError(f"{where}.aliases must be a non-empty list, got {aliases!r}")
+        services.append(Service(
+            name=_text(raw, "name", where), spoken=_text(raw, "spoken", where),
+            aliases=tuple(" ".join(str(a).lower().split()) for a in aliases),
+            price=_text(raw, "price", where), duration=_text(raw, "duration", where)))
+    faq = []
+    for i, raw in enumerate(doc.get("faq") or []):
+        where = f"faq[{i}]"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be a mapping, got {raw!r}")
+        item_id = _text(raw, "id", where)
+        if not _ID_RE.match(item_id):
+            raise ValueError(f"{where}.id must be lower_snake_case, got {item_id!r}")
+        questions = raw.get("questions")
+        if not isinstance(questions, list) or len(questions) < 3:
+            raise ValueError(f"{where}.questions needs at least 3 phrasings (one is held out)")
+        faq.append(FaqItem(
+            id=item_id, questions=tuple(" ".join(str(q).lower().split()) for q in questions),
+            answer=_text(raw, "answer", where), fact=_text(raw, "fact", where)))
+    return FactSheet(
+        name=_text(business, "name", "business"), kind=_text(business, "kind", "business"),
+        assistant_name=_text(business, "assistant_name", "business"), hours=tuple(hours),
+        address=_text(location, "address", "location"),
+        directions=_text(location, "directions", "location"),
+        directions_fact=_text(location, "directions_fact", "location"),
+        phone=_text(contact, "phone", "contact"), email=_text(contact, "email", "contact"),
+        website=_text(contact, "website", "contact"), services=tuple(services),
+        booking_answer=_text(booking, "answer", "booking"),
+        booking_fact=_text(booking, "fact", "booking"), faq=tuple(faq))
+
+
+def load_facts(path: str | Path = DEFAULT_FACTS_PATH) -> FactSheet:
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read fact sheet: {exc}") from exc
+    try:
+        return parse_facts(doc)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
