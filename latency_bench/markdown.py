@@ -1,0 +1,121 @@
+"""Markdown rendering of a latency report (schema diffvoice.latency/1).
+
+Contract: `render_markdown(report, image_names=None) -> str` is a pure function of the report
+dict: a header naming what was measured (machine, model, ASR/TTS, stop_secs, ...), a compact
+p50/p99-versus-concurrency table with the human `notes` paragraph and the machine-written
+`analysis` lines right under it, one table per concurrency level (stage x
+count/mean/p50/p90/p95/p99/max, plus turns, errors and timeouts) and, when given, links to the
+PNG plots. Values are milliseconds with no decimals; a stage never measured prints as "–",
+never as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from latency_bench.report import STAGE_DESCRIPTIONS, stage_names
+from latency_bench.stats import SUMMARY_FIELDS
+
+# config keys shown in the header, in this order, when present
+_HEADER_KEYS: tuple[tuple[str, str], ...] = (
+    ("model", "model"), ("asr", "ASR"), ("tts", "TTS"), ("stop_secs", "stop_secs"),
+    ("protocol", "protocol"), ("url", "server"), ("corpus", "prompts"),
+    ("turns_per_session", "turns per session"), ("command", "command"),
+)
+
+
+def fmt_ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def _fmt_config_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _header(report: Mapping[str, Any]) -> list[str]:
+    config = report["config"]
+    title = f"# Latency report: {report.get('kind', 'latency')}"
+    lines = [title, ""]
+    if "created" in report:
+        lines.append(f"- created: {report['created']}")
+    for key, label in _HEADER_KEYS:
+        if key in config and config[key] is not None:
+            value = _fmt_config_value(config[key])
+            lines.append(f"- {label}: `{value}`" if key == "command" else f"- {label}: {value}")
+    machine = config.get("machine")
+    if isinstance(machine, Mapping):
+        lines.append(f"- machine: {_fmt_config_value(machine)}")
+    versions = config.get("versions")
+    if isinstance(versions, Mapping):
+        lines.append(f"- versions: {_fmt_config_value(versions)}")
+    lines.append("")
+    return lines
+
+
+def _stage_table(stages: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+    head = "| stage | " + " | ".join(SUMMARY_FIELDS) + " |"
+    rule = "|---|" + "---:|" * len(SUMMARY_FIELDS)
+    rows = [head, rule]
+    for name in names:
+        summary = stages.get(name)
+        if summary is None:
+            continue
+        cells = [str(summary["count"])] + [fmt_ms(summary[f]) for f in SUMMARY_FIELDS[1:]]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _sweep_table(report: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    rows = ["| concurrency | turns | errors | timeouts | "
+            + " | ".join(f"{n} p50 / p99" for n in names) + " |",
+            "|---:|---:|---:|---:|" + "---:|" * len(names)]
+    for point in report["sweep"]:
+        cells = [str(point["concurrency"]), str(point.get("turns", "–")),
+                 str(point.get("errors", "–")), str(point.get("timeouts", "–"))]
+        for name in names:
+            summary = point["stages"].get(name)
+            cells.append("–" if summary is None or summary["count"] == 0 else
+                         f"{fmt_ms(summary['p50'])} / {fmt_ms(summary['p99'])}")
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def render_markdown(report: Mapping[str, Any],
+                    image_names: Mapping[str, str] | None = None) -> str:
+    names = stage_names(report)
+    lines = _header(report)
+    described = [n for n in names if n in STAGE_DESCRIPTIONS]
+    if described:
+        lines.append("Stages (milliseconds):")
+        lines.append("")
+        lines += [f"- `{n}`: {STAGE_DESCRIPTIONS[n]}" for n in described]
+        lines.append("")
+    lines += ["## p50 / p99 versus concurrency", ""] + _sweep_table(report, names) + [""]
+    if report.get("notes"):
+        lines += [str(report["notes"]).strip(), ""]
+    if report.get("analysis"):
+        lines += ["Computed from the samples:", ""]
+        lines += [f"- {line}" for line in report["analysis"]] + [""]
+    for point in report["sweep"]:
+        lines.append(f"## {point['concurrency']} concurrent session"
+                     f"{'s' if point['concurrency'] != 1 else ''}")
+        lines.append("")
+        extra = [f"{k}: {point[k]}" for k in ("turns", "errors", "timeouts") if k in point]
+        if point.get("wall_s") is not None:
+            extra.append(f"wall: {point['wall_s']:.0f} s")
+        if extra:
+            lines += [", ".join(extra), ""]
+        lines += _stage_table(point["stages"], names) + [""]
+        for message in point.get("error_messages", [])[:5]:
+            lines.append(f"- error: {message}")
+        if point.get("error_messages"):
+            lines.append("")
+    if image_names:
+        lines += ["## Plots", ""]
+        lines += [f"![{title}]({path})" for title, path in image_names.items()] + [""]
+    return "\n".join(lines)
