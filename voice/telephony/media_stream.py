@@ -1,0 +1,189 @@
+"""pipecat transport for one Twilio Media Stream: pipecat's serializer plus marks and ``stop``.
+
+Contract
+--------
+:class:`CallSerializer` is pipecat's ``TwilioFrameSerializer`` (mu-law 8 kHz <-> PCM at the
+pipeline's rates, ``media``/``dtmf`` in, ``media``/``clear`` out) plus the events pipecat 1.14
+drops on the floor:
+
+- ``mark`` echoes go to the call's :class:`~voice.telephony.playout.PlayoutTracker`;
+- ``stop`` calls ``on_stop`` once (the caller hung up or the stream ended) and disables pipecat's
+  REST hang-up for that call, since there is nothing left to hang up;
+- a repeated ``connected``/``start`` and unknown events are ignored (logged at debug).
+
+Pipecat's auto hang-up (REST ``Status=completed`` when the pipeline ends on our side) is only
+enabled when account SID, call SID and auth token are all known; otherwise it is off, because
+pipecat would refuse to build the serializer.
+
+:class:`TwilioMediaStreamTransport` is pipecat's ``FastAPIWebsocketTransport`` whose output
+side also sends a ``mark`` after the first audio chunk of every bot speech run and at the end of
+it, and tells the tracker about interruptions (pipecat's serializer turns the InterruptionFrame
+into Twilio's ``clear``). It relies on two pipecat 1.14 internals: the transport's ``_output``
+attribute, replaced after construction, and the output transport's ``_client``.
+
+No FastAPI routing, signature checks or latency logging here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.serializers.twilio import TwilioFrameSerializer
+from pipecat.transports.websocket.fastapi import (
+    FastAPIWebsocketOutputTransport,
+    FastAPIWebsocketParams,
+    FastAPIWebsocketTransport,
+)
+
+from voice.telephony.playout import PlayoutTracker
+
+logger = logging.getLogger(__name__)
+
+TWILIO_SAMPLE_RATE = 8000
+
+
+class CallSerializer(TwilioFrameSerializer):
+    """TwilioFrameSerializer that also understands ``mark`` and ``stop``."""
+
+    def __init__(
+        self,
+        *,
+        stream_sid: str,
+        call_sid: str,
+        tracker: PlayoutTracker,
+        on_stop: Callable[[], None],
+        account_sid: str | None = None,
+        auth_token: str | None = None,
+        rest_base_url: str | None = None,
+    ):
+        auto_hang_up = bool(account_sid and call_sid and auth_token)
+        super().__init__(
+            stream_sid,
+            call_sid=call_sid,
+            account_sid=account_sid if auto_hang_up else None,
+            auth_token=auth_token if auto_hang_up else None,
+            base_url=rest_base_url,
+            params=TwilioFrameSerializer.InputParams(
+                twilio_sample_rate=TWILIO_SAMPLE_RATE, auto_hang_up=auto_hang_up
+            ),
+        )
+        self.stream_sid = stream_sid
+        self.call_sid = call_sid
+        self.auto_hang_up = auto_hang_up
+        self.stopped = False
+        self._tracker = tracker
+        self._on_stop = on_stop
+
+    async def serialize(self, frame: Frame) -> str | bytes | None:
+        if self.stopped and isinstance(frame, (EndFrame, CancelFrame)):
+            # The call is already over: no REST hang-up, nothing to send.
+            return None
+        return await super().serialize(frame)
+
+    async def deserialize(self, data: str | bytes) -> Frame | None:
+        now = time.time()
+        self._tracker.expire(now)
+        try:
+            message = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            logger.warning("twilio %s: ignoring a non-JSON message", self.call_sid)
+            return None
+        event = message.get("event") if isinstance(message, dict) else None
+        if event == "mark":
+            mark = message.get("mark")
+            name = mark.get("name") if isinstance(mark, dict) else None
+            if isinstance(name, str):
+                self._tracker.mark_echoed(name, now)
+            return None
+        if event == "stop":
+            if not self.stopped:
+                self.stopped = True
+                logger.info("twilio %s: stream stopped by Twilio", self.call_sid)
+                self._on_stop()
+            return None
+        if event in ("connected", "start"):
+            logger.debug("twilio %s: ignoring a repeated %r", self.call_sid, event)
+            return None
+        if event is not None and event not in ("media", "dtmf"):
+            logger.debug("twilio %s: ignoring unknown event %r", self.call_sid, event)
+            return None
+        return await super().deserialize(data)
+
+
+class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
+    """Sends Twilio marks around each bot speech run; reports clears to the tracker."""
+
+    def __init__(self, *args, stream_sid: str, tracker: PlayoutTracker, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._stream_sid = stream_sid
+        self._tracker = tracker
+        self._first_chunk_pending = False
+        self._run_open = False
+
+    async def _send_mark(self, name: str) -> None:
+        message = {"event": "mark", "streamSid": self._stream_sid, "mark": {"name": name}}
+        await self._client.send(json.dumps(message))
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        # The media sender announces speech runs by pushing these frames from this processor.
+        if direction == FrameDirection.DOWNSTREAM:
+            if isinstance(frame, BotStartedSpeakingFrame):
+                self._first_chunk_pending = True
+            elif isinstance(frame, BotStoppedSpeakingFrame) and self._run_open:
+                self._run_open = False
+                await self._send_mark(self._tracker.speech_stopped(time.time()))
+        await super().push_frame(frame, direction)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, InterruptionFrame):
+            self._tracker.interrupted(time.time())
+            self._run_open = False
+            self._first_chunk_pending = False
+        await super().process_frame(frame, direction)
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        pending = self._first_chunk_pending
+        self._first_chunk_pending = False
+        written = await super().write_audio_frame(frame)
+        if written and pending:
+            self._run_open = True
+            await self._send_mark(self._tracker.speech_started(time.time()))
+        return written
+
+
+class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
+    """FastAPIWebsocketTransport for one Twilio call, with mark-based playout tracking."""
+
+    def __init__(self, websocket, *, serializer: CallSerializer, tracker: PlayoutTracker):
+        params = FastAPIWebsocketParams(
+            audio_in_enabled=True,
+            audio_out_enabled=True,
+            add_wav_header=False,
+            serializer=serializer,
+            # 20 ms output chunks: Twilio's own packet size, and a finer-grained clear.
+            audio_out_10ms_chunks=2,
+            # Twilio sends no Origin header; the stream is authenticated by its start token.
+            allowed_origins=[],
+        )
+        super().__init__(websocket, params)
+        self._output = _MarkingOutputTransport(
+            self,
+            self._client,
+            self._params,
+            name=self._output_name,
+            stream_sid=serializer.stream_sid,
+            tracker=tracker,
+        )

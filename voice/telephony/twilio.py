@@ -1,0 +1,290 @@
+"""FastAPI routes for Twilio: voice webhook, Media Stream WebSocket, status callback.
+
+Contract
+--------
+``make_router(state, *, calls=None) -> APIRouter`` (``state``: voice.state.AppState, which holds
+``config`` and ``engine``) serves:
+
+- ``POST /telephony/twilio/voice``: checks ``X-Twilio-Signature`` against the public webhook URL
+  and the form parameters (403 and a log line if missing or wrong), then answers TwiML
+  ``<Connect><Stream url="wss://PUBLIC/telephony/twilio/stream">`` with ``<Parameter>``s
+  ``CallSid``, ``From``, ``To`` and ``token`` (an HMAC of the CallSid, see
+  :mod:`voice.telephony.signature`).
+- ``WS /telephony/twilio/stream``: reads ``connected``/``start`` (closing the socket with a code
+  and reason if they are wrong or the token does not match), then runs one pipeline from
+  :func:`voice.pipeline.build_pipeline` over :class:`TwilioMediaStreamTransport` until Twilio
+  sends ``stop``, the socket drops, or the pipeline ends. Every outcome is confined to that call.
+- ``POST /telephony/twilio/status``: signature-checked; appends one JSON line
+  ``{"type": "twilio.status", "t": ..., <call/stream status fields>}`` to the log (phone numbers
+  are not logged).
+
+Each finished turn's latency record, enriched by :class:`PlayoutTracker` with when the caller
+heard the answer, is appended to the JSON-lines latency log as ``{"type": "telephony.playout",
+...}`` (the plain record was already written by the pipeline). ``calls`` (an
+:class:`ActiveCalls`) lets tests and the server see calls in progress.
+
+With ``twilio_validate`` off, no signature or token is checked (local testing only; a loud
+warning is logged when the router is made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import PlainTextResponse, Response
+
+from voice.telephony import signature, twiml
+from voice.telephony.config import (
+    STATUS_PATH,
+    STREAM_PATH,
+    VOICE_PATH,
+    TelephonyConfig,
+    startup_warnings,
+)
+from voice.telephony.handshake import CLOSE_POLICY, HandshakeError, StreamHandshake, StreamStart
+from voice.telephony.media_stream import CallSerializer, TwilioMediaStreamTransport
+from voice.telephony.playout import PlayoutTracker
+
+logger = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Twilio-Signature"
+STATUS_FIELDS = (
+    "CallSid", "CallStatus", "CallDuration", "Direction", "Timestamp", "SequenceNumber",
+    "CallbackSource", "StreamSid", "StreamName", "StreamEvent", "StreamError", "ErrorCode",
+    "AccountSid",
+)  # fmt: skip
+_PLAYOUT_FIELDS = (
+    "turn", "session_id", "interrupted", "vad_stop_t", "first_audio_sent_t", "server_ms",
+    "first_audio_heard_t", "playout_ms", "heard_ms", "playout", "call_sid", "stream_sid",
+)  # fmt: skip
+_log_lock = threading.Lock()
+
+
+def append_jsonl(path: str | None, record: dict) -> None:
+    if not path:
+        return
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    try:
+        with _log_lock, open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+    except OSError as e:
+        logger.warning("cannot append to %s: %s", path, e)
+
+
+@dataclass
+class Call:
+    call_sid: str
+    stream_sid: str
+    session_id: str
+    started_t: float
+    worker: object = None
+    stopped_by_twilio: bool = False
+
+
+@dataclass
+class ActiveCalls:
+    """Calls whose pipeline is running, by CallSid."""
+
+    calls: dict[str, Call] = field(default_factory=dict)
+    finished: int = 0
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+
+def _webhook_url(cfg: TelephonyConfig, request: Request) -> str:
+    """The URL Twilio signed: the public URL when configured, else what the request says."""
+    query = request.url.query
+    if cfg.public_url:
+        return cfg.public_url + request.url.path + (f"?{query}" if query else "")
+    return str(request.url)
+
+
+def _stream_url(cfg: TelephonyConfig, request: Request) -> str:
+    if cfg.public_url:
+        return cfg.public_ws_url(STREAM_PATH)
+    scheme = "wss" if request.url.scheme == "https" else "ws"
+    return f"{scheme}://{request.url.netloc}{STREAM_PATH}"
+
+
+async def _checked_form(cfg: TelephonyConfig, request: Request) -> list[tuple[str, str]] | Response:
+    """The POST parameters, or the error response if the request must be refused."""
+    if not cfg.ready:
+        logger.error("twilio: refused %s: no auth token configured", request.url.path)
+        return PlainTextResponse("telephony not configured", status_code=503)
+    # Twilio posts application/x-www-form-urlencoded; parsed here so no multipart dependency.
+    body = await request.body()
+    try:
+        params = parse_qsl(body.decode("utf-8"), keep_blank_values=True)
+    except UnicodeDecodeError:
+        return PlainTextResponse("form body is not UTF-8", status_code=400)
+    if not cfg.twilio_validate:
+        return params
+    given = request.headers.get(SIGNATURE_HEADER)
+    url = _webhook_url(cfg, request)
+    if not signature.signature_matches(cfg.twilio_auth_token, url, params, given):
+        client = request.client.host if request.client else "?"
+        why = "missing" if not given else "invalid"
+        logger.warning(
+            "twilio: 403 for %s from %s: %s %s (signed URL assumed: %s)",
+            request.url.path, client, why, SIGNATURE_HEADER, url,
+        )  # fmt: skip
+        return PlainTextResponse("invalid Twilio signature", status_code=403)
+    return params
+
+
+async def _read_handshake(ws: WebSocket, timeout_s: float) -> StreamStart:
+    handshake = StreamHandshake()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HandshakeError(CLOSE_POLICY, "no 'start' message in time")
+        try:
+            message = await asyncio.wait_for(ws.receive(), remaining)
+        except TimeoutError:
+            raise HandshakeError(CLOSE_POLICY, "no 'start' message in time") from None
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        data = message.get("text") if message.get("text") is not None else message.get("bytes")
+        result = handshake.feed(data if data is not None else b"")
+        if result is not None:
+            return result
+
+
+def make_router(state, *, calls: ActiveCalls | None = None) -> APIRouter:
+    cfg = TelephonyConfig.from_serve_config(state.config)
+    for warning in startup_warnings(cfg):
+        logger.warning("!!! %s", warning)
+    calls = calls if calls is not None else ActiveCalls()
+    router = APIRouter()
+    router.calls = calls  # type: ignore[attr-defined]  # for the server's /healthz and tests
+
+    @router.post(VOICE_PATH)
+    async def voice_webhook(request: Request) -> Response:
+        params = await _checked_form(cfg, request)
+        if isinstance(params, Response):
+            return params
+        fields = dict(params)
+        call_sid = fields.get("CallSid", "")
+        if not call_sid:
+            return PlainTextResponse("missing CallSid", status_code=400)
+        stream_params = {
+            "CallSid": call_sid,
+            "From": fields.get("From", ""),
+            "To": fields.get("To", ""),
+        }
+        if cfg.twilio_auth_token:
+            stream_params["token"] = signature.stream_token(cfg.twilio_auth_token, call_sid)
+        status_url = cfg.public_http_url(STATUS_PATH)
+        body = twiml.connect_stream(
+            _stream_url(cfg, request), stream_params, status_callback=status_url
+        )
+        logger.info("twilio %s: answering with a Media Stream", call_sid)
+        return Response(body, media_type="application/xml")
+
+    @router.post(STATUS_PATH)
+    async def status_callback(request: Request) -> Response:
+        params = await _checked_form(cfg, request)
+        if isinstance(params, Response):
+            return params
+        fields = dict(params)
+        event = {"type": "twilio.status", "t": time.time()}
+        event.update({k: fields[k] for k in STATUS_FIELDS if k in fields})
+        append_jsonl(cfg.status_callback_log, event)
+        return Response(status_code=204)
+
+    @router.websocket(STREAM_PATH)
+    async def media_stream(ws: WebSocket) -> None:
+        await ws.accept()
+        try:
+            start = await _read_handshake(ws, cfg.handshake_timeout_s)
+        except WebSocketDisconnect:
+            logger.info("twilio: stream closed before 'start'")
+            return
+        except HandshakeError as e:
+            logger.warning("twilio: closing stream: %s", e)
+            await ws.close(code=e.code, reason=e.reason)
+            return
+        if cfg.twilio_validate and not signature.stream_token_matches(
+            cfg.twilio_auth_token or "", start.call_sid, start.custom_parameters.get("token")
+        ):
+            logger.warning("twilio %s: closing stream: bad or missing token", start.call_sid)
+            await ws.close(code=CLOSE_POLICY, reason="stream token missing or invalid")
+            return
+        await _run_call(state, cfg, calls, ws, start)
+
+    return router
+
+
+async def _run_call(state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart) -> None:
+    from pipecat.pipeline.runner import WorkerRunner
+
+    from voice.pipeline import build_pipeline
+
+    call = Call(start.call_sid, start.stream_sid, f"twilio-{uuid.uuid4().hex[:12]}", time.time())
+    extra = {"transport": "twilio", "call_sid": call.call_sid, "stream_sid": call.stream_sid}
+
+    def emit(record: dict) -> None:
+        playout = {k: record.get(k) for k in _PLAYOUT_FIELDS}
+        append_jsonl(cfg.latency_log, {"type": "telephony.playout", **playout})
+
+    tracker = PlayoutTracker(emit, wait_for_echo_s=cfg.wait_for_echo_s, extra_fields=extra)
+    cancel_tasks: list[asyncio.Task] = []
+
+    def end_call(reason: str) -> None:
+        if call.worker is not None and not cancel_tasks:
+            logger.info("twilio %s: ending pipeline (%s)", call.call_sid, reason)
+            cancel_tasks.append(asyncio.create_task(call.worker.cancel(reason=reason)))
+
+    def on_stop() -> None:
+        call.stopped_by_twilio = True
+        end_call("twilio stop")
+
+    serializer = CallSerializer(
+        stream_sid=start.stream_sid,
+        call_sid=start.call_sid,
+        tracker=tracker,
+        on_stop=on_stop,
+        account_sid=start.account_sid or cfg.twilio_account_sid,
+        auth_token=cfg.twilio_auth_token,
+    )
+    transport = TwilioMediaStreamTransport(ws, serializer=serializer, tracker=tracker)
+    _, worker = build_pipeline(
+        state,
+        transport,
+        session_id=call.session_id,
+        on_latency=lambda record: tracker.on_latency(record, time.time()),
+    )
+    call.worker = worker
+
+    @transport.event_handler("on_client_disconnected")
+    async def _on_disconnected(_transport, _ws):
+        end_call("socket closed")
+
+    calls.calls[call.call_sid] = call
+    logger.info("twilio %s: call started (%s)", call.call_sid, call.session_id)
+    append_jsonl(cfg.status_callback_log, {"type": "twilio.stream", "t": time.time(),
+                                           "event": "start", **extra})  # fmt: skip
+    try:
+        await WorkerRunner(handle_sigint=False).run(worker)
+    finally:
+        for task in cancel_tasks:
+            await asyncio.gather(task, return_exceptions=True)
+        tracker.close(time.time())
+        calls.calls.pop(call.call_sid, None)
+        calls.finished += 1
+        duration = round(time.time() - call.started_t, 3)
+        append_jsonl(cfg.status_callback_log, {"type": "twilio.stream", "t": time.time(),
+                                               "event": "end", "duration_s": duration,
+                                               "stopped_by_twilio": call.stopped_by_twilio,
+                                               **extra})  # fmt: skip
+        logger.info("twilio %s: call ended after %.1f s", call.call_sid, duration)
