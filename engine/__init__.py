@@ -1,0 +1,12 @@
+"""diffvoice's in-process diffusion-LM inference engine."""
+
+from pathlib import Path
+
+from engine.engine import Delta, Engine
+from engine.params import EngineConfig, SamplingParams
+from engine.scheduler import EngineOverloaded
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "receptionist-tiny"
+
+__all__ = ["DEFAULT_MODEL_DIR", "Delta", "Engine", "EngineConfig", "EngineOverloaded",
+           "SamplingParams"]

@@ -67,8 +67,11 @@ def random_config(family: str, vocab_size: int, mask_token_id: int, eos_ids: tup
 
 def make_random_checkpoint(out_dir: str | Path, family: str = "sdar", seed: int = 0,
                            dtype: str = "float32", shard_size: int | None = None,
-                           **overrides) -> Path:
-    """A loadable random-weight checkpoint (~100k params by default); returns its directory."""
+                           init_std: float = 0.02, **overrides) -> Path:
+    """A loadable random-weight checkpoint (~100k params by default); returns its directory.
+
+    A larger `init_std` gives peaked logits (fewer near-ties between slots, which float noise
+    could otherwise break differently in two equivalent computations)."""
     out = Path(out_dir)
     mask_token = FAMILY_MASK_TOKENS[family]
     tok = make_tokenizer(out, mask_token)
@@ -76,7 +79,7 @@ def make_random_checkpoint(out_dir: str | Path, family: str = "sdar", seed: int 
     cfg = random_config(family, tok.get_vocab_size(), tok.token_to_id(mask_token), (eos,),
                         **overrides)
     model = DiffusionLM(cfg)
-    model.init_weights(std=0.02,
+    model.init_weights(std=init_std,
                        generator=torch.Generator().manual_seed(seed))
     save_checkpoint(model, out, tokenizer_dir=None, dtype=dtype, shard_size=shard_size)
     return out

@@ -1,6 +1,6 @@
 """A tiny paraphrase grammar for question templates.
 
-Syntax: `(a|b|c)` picks one alternative, `[x]` is optional, `<slot>` is left for the caller to
+Syntax: `(a|b|c)` picks one alternative, `[x|y]` is an optional choice, `<slot>` is left for the caller to
 fill, everything else is literal text. Groups nest: "(what time|when) do you [usually] (open|start)
 [on <day>]". `sample(rng)` draws one rendering; `expand()` lists every rendering (used to prove
 held-out templates never collide with training ones). Knows nothing about facts or intents.
@@ -46,11 +46,14 @@ def _parse(text: str) -> _Seq:
                 pos += 1
                 parts.append(_Alt(tuple(options)))
             elif tok == "[":
-                inner = seq("]")
+                options = [seq("|]")]
+                while pos < len(tokens) and tokens[pos] == "|":
+                    pos += 1
+                    options.append(seq("|]"))
                 if pos >= len(tokens) or tokens[pos] != "]":
                     raise ValueError(f"unclosed '[' in template {text!r}")
                 pos += 1
-                parts.append(_Alt((inner, _Seq(()))))
+                parts.append(_Alt((*options, _Seq(()))))
             elif tok in ")]|":
                 raise ValueError(f"unexpected {tok!r} in template {text!r}")
             else:

@@ -21,7 +21,7 @@ QUESTIONS: dict[str, tuple[list[str], list[str]]] = {
         "what time (do you|does the office) (open|close) <day>",
         "(can|could) i come in (on|this) <day>",
         "(what|which) hours (are you|is the office) open (on|this) <day>",
-        "(are|is) (you|the office) open <day> [morning|afternoon]",
+        "(are you|is the office) open <day> [morning|afternoon]",
         "<day> hours",
         "hours (on|for) <day> please",
         "(do you|does the clinic) work (on|this) <day>",

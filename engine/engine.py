@@ -1,0 +1,253 @@
+"""Engine: one per process, many concurrent callers, one batched denoising pass at a time.
+
+    engine = Engine.from_pretrained(path, EngineConfig())
+    async for delta in engine.generate(messages, SamplingParams(max_new_tokens=48)):
+        ...
+A worker thread owns the model: each loop it takes new requests and aborts, asks the scheduler for
+the rows, runs one pass (ModelRunner) and hands committed text to each caller's asyncio queue.
+Cancelling the caller's task, or `abort(request_id)`, frees the slot before the next pass. One
+request's failure never disturbs the others: bad params are rejected before they are queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.loader import LoadedModel, load_checkpoint
+from engine.params import EngineConfig, SamplingParams
+from engine.runner import ModelRunner
+from engine.scheduler import Committed, EngineOverloaded, Scheduler
+from engine.sequence import Sequence
+from engine.tokenizer import Detokenizer
+
+log = logging.getLogger("diffvoice.engine")
+
+
+@dataclass
+class Delta:
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    first_block_latency_s: float | None = None  # submit -> first committed block
+    elapsed_s: float = 0.0  # submit -> this delta
+
+
+@dataclass
+class _Caller:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    detok: Detokenizer
+    stop: tuple[str, ...]
+    text: str = ""
+    sent: int = 0  # characters of `text` already delivered (stop strings may hold some back)
+    events: list = field(default_factory=list)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None):
+        self.config = config or EngineConfig()
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.model_config = loaded.config
+        self.model_name = loaded.name
+        self.device = next(loaded.model.parameters()).device
+        mc = loaded.config
+        self.max_seq_len = self.config.max_seq_len or min(mc.max_position_embeddings, 4096)
+        self.runner = ModelRunner(loaded, self.config, self.device, self.max_seq_len)
+        self.scheduler = Scheduler(self.config.max_running, self.config.max_queued,
+                                   mc.eos_token_ids)
+        self._callers: dict[str, _Caller] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._aborts: list[str] = []
+        self._closed = False
+        self._ids = itertools.count()
+        self.total_passes = 0
+        self.last_batch_size = 0
+        self._thread = threading.Thread(target=self._loop, name="diffvoice-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None) -> Engine:
+        config = config or EngineConfig()
+        device = pick_device(config.device)
+        loaded = load_checkpoint(path, dtype=config.dtype, device=str(device))
+        return cls(loaded, config)
+
+    # ------------------------------------------------------------------ caller side
+    def prepare(self, messages: list[dict], params: SamplingParams,
+                request_id: str | None = None) -> Sequence:
+        """Validate and tokenize a request (raises ValueError naming the problem)."""
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        if not messages:
+            raise ValueError("messages must be a non-empty list")
+        prompt = self.tokenizer.encode_chat(messages)
+        mc = self.model_config
+        model_block = mc.block_size if mc.block_causal else 0
+        decode_block = params.block_size or (model_block or 32)
+        if model_block and model_block % decode_block:
+            raise ValueError(f"block_size {decode_block} must divide the model's trained block "
+                             f"{model_block} ({self.model_name} is block-causal)")
+        seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
+                       params, model_block, decode_block, int(mc.logit_shift),
+                       self.config.prefix_cache)
+        if seq.canvas_end > self.max_seq_len:
+            raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
+                             f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
+        return seq
+
+    async def generate(self, messages: list[dict], params: SamplingParams | None = None,
+                       request_id: str | None = None) -> AsyncIterator[Delta]:
+        params = params or self.config.default_params
+        seq = self.prepare(messages, params, request_id)
+        loop = asyncio.get_running_loop()
+        caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            self.scheduler.add(seq)  # may raise EngineOverloaded
+            self._callers[seq.request_id] = caller
+            self._wake.notify()
+        finished = False
+        try:
+            while not finished:
+                delta = await caller.queue.get()
+                if isinstance(delta, BaseException):
+                    raise delta
+                finished = delta.finished
+                yield delta
+        finally:
+            if not finished:
+                self.abort(seq.request_id)
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self._aborts.append(request_id)
+            self._wake.notify()
+
+    def active_request_ids(self) -> set[str]:
+        with self._lock:
+            return set(self.scheduler.by_id)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"running": len(self.scheduler.running), "queued": len(self.scheduler.waiting),
+                    "last_batch_size": self.last_batch_size, "passes": self.total_passes,
+                    "max_running": self.config.max_running, "device": str(self.device),
+                    "model": self.model_name}
+
+    def warmup(self) -> None:
+        """One short generation so the first caller does not pay for lazy initialisation."""
+        async def run():
+            async for _ in self.generate([{"role": "user", "content": "hello"}],
+                                         SamplingParams(max_new_tokens=8, ignore_eos=True)):
+                pass
+        asyncio.run(run())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ worker thread
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not len(self.scheduler) and not self._aborts:
+                    self._wake.wait()
+                if self._closed:
+                    for rid in list(self.scheduler.by_id):
+                        self._abort_locked(rid)
+                    return
+                for rid in self._aborts:
+                    self._abort_locked(rid)
+                self._aborts.clear()
+                rows, admitted = self.scheduler.schedule()
+            if not rows:
+                continue
+            try:
+                for seq in admitted:
+                    self.runner.admit(seq)
+                out = self.runner.step(rows)
+            except Exception as exc:  # a failed pass fails its rows, never the engine
+                log.exception("denoising pass failed for %d rows", len(rows))
+                with self._lock:
+                    for seq in rows:
+                        self.scheduler.stop(seq, "error")
+                        self._deliver(seq.request_id, exc)
+                continue
+            with self._lock:
+                self.total_passes += 1
+                self.last_batch_size = len(rows)
+                events = self.scheduler.update(rows, out)
+                for ev in events:
+                    self._emit(ev)
+                for seq in rows:
+                    if seq.finish_reason is not None:
+                        self.runner.release(seq)
+
+    def _abort_locked(self, request_id: str) -> None:
+        seq = self.scheduler.abort(request_id)
+        if seq is not None:
+            self.runner.release(seq)
+            self._deliver(request_id, Delta(request_id, "", [], True, "abort", seq.prompt_len,
+                                            len(seq.generated)))
+
+    def _emit(self, ev: Committed) -> None:
+        seq = ev.seq
+        caller = self._callers.get(seq.request_id)
+        if caller is None:
+            return
+        caller.text += caller.detok.feed(ev.token_ids)
+        finished, reason = ev.finished, ev.finish_reason
+        if finished:
+            caller.text += caller.detok.flush()
+        hit = min((i for i in (caller.text.find(s) for s in caller.stop) if i >= 0), default=-1)
+        if hit >= 0:
+            caller.text = caller.text[:hit]
+            finished, reason = True, "stop"
+            self.scheduler.stop(seq, "stop")
+            self.runner.release(seq)
+        # hold back a tail that could still grow into a stop string
+        hold = 0 if finished else max((len(s) - 1 for s in caller.stop), default=0)
+        ready = len(caller.text) - hold
+        text = caller.text[caller.sent:ready] if ready > caller.sent else ""
+        caller.sent = max(caller.sent, ready)
+        now = time.perf_counter()
+        self._deliver(seq.request_id, Delta(
+            seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
+            len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
+            now - seq.t_submit))
+
+    def _deliver(self, request_id: str, item) -> None:
+        caller = self._callers.get(request_id)
+        if caller is None:
+            return
+        if isinstance(item, BaseException) or item.finished:
+            self._callers.pop(request_id, None)
+        caller.loop.call_soon_threadsafe(caller.queue.put_nowait, item)
+
+
+__all__ = ["Engine", "Delta", "EngineOverloaded"]

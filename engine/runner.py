@@ -1,0 +1,130 @@
+"""Model runner: turns the scheduled rows into batch tensors, runs one denoising pass, applies the
+unmasking policies and writes committed tokens back - all on the device.
+
+Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the per-layer K/V pools
+[S, T + 1, Hkv, D] (column T is a trash row for padded writes). Per pass the host learns only the
+query-window tokens and how many masks remain in each row's decode block: one small device-to-host
+copy (pinned + event on CUDA), never a sync inside the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.loader import LoadedModel
+from engine.params import EngineConfig
+from engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
+from engine.sampling import predict
+from engine.sequence import Sequence
+
+
+@dataclass
+class StepOutput:
+    window_start: list[int]  # absolute position of window slot 0, per row
+    tokens: list[list[int]]  # window tokens after this pass, per row
+    remaining: list[int]  # masks left in each row's decode block
+
+
+class ModelRunner:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, device: torch.device,
+                 max_seq_len: int):
+        self.model = loaded.model
+        self.mc = loaded.config
+        self.device = device
+        self.T = max_seq_len
+        self.mask_id = int(self.mc.mask_token_id)
+        self.eos_ids = torch.tensor(self.mc.eos_token_ids, device=device)
+        self.shift = int(self.mc.logit_shift)
+        slots = config.max_running
+        dtype = next(self.model.parameters()).dtype
+        shape = (slots, self.T + 1, self.mc.num_kv_heads, self.mc.head_dim)
+        self.kv = [(torch.zeros(shape, dtype=dtype, device=device),
+                    torch.zeros(shape, dtype=dtype, device=device))
+                   for _ in range(self.mc.num_layers)]
+        self.seq = torch.full((slots, self.T + 1), self.mask_id, dtype=torch.long, device=device)
+        self.generators: dict[int, torch.Generator] = {}
+        self.pinned = device.type == "cuda"
+
+    def admit(self, s: Sequence) -> None:
+        """Lay out the slot's canvas: prompt, masks to gen_end, EOS padding to the canvas end."""
+        row = self.seq[s.slot]
+        row.fill_(self.mask_id)
+        row[: s.prompt_len] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        row[s.gen_end: s.canvas_end] = int(self.mc.eos_token_ids[0])
+        if s.params.temperature > 0:
+            g = torch.Generator(device=self.device)
+            g.manual_seed(s.params.seed if s.params.seed is not None
+                          else int(torch.randint(0, 2**62, (1,)).item()))
+            self.generators[s.slot] = g
+
+    def release(self, s: Sequence) -> None:
+        self.generators.pop(s.slot, None)
+
+    @torch.inference_mode()
+    def step(self, rows: list[Sequence]) -> StepOutput:
+        dev, shift = self.device, self.shift
+        W = max(r.q_end - r.q_start for r in rows)
+        L = max(max(r.q_end - r.first_computed for r in rows), W + shift)
+        # host-side geometry, one small tensor each: [B] ints
+        col = lambda xs, dtype=torch.long: torch.tensor(xs, dtype=dtype, device=dev)  # noqa: E731
+        slots = col([r.slot for r in rows])
+        q_end = col([r.q_end for r in rows])
+        first = col([r.first_computed for r in rows])
+        visible = col([r.visible_cache for r in rows])
+        q_start = col([r.q_start for r in rows])
+        writes = col([r.writes for r in rows], torch.bool)
+        positions = q_end[:, None] - L + torch.arange(L, device=dev)[None]  # [B, L]
+        valid = positions >= first[:, None]
+        key_valid = valid & (positions >= visible[:, None])
+        write_pos = None
+        if any(r.writes for r in rows):
+            store = key_valid & writes[:, None] & (positions < q_start[:, None])
+            write_pos = torch.where(store, positions, self.T)
+        gather_pos = torch.where(valid, positions, self.T)
+        ids = self.seq[slots[:, None], gather_pos]  # [B, L]
+        logits = self.model.forward_step(
+            ids, positions.clamp(min=0), key_valid, self.kv, slots, visible,
+            max(r.visible_cache for r in rows), write_pos, L - W - shift)[:, :W]  # [B, W, V]
+
+        wpos = positions[:, L - W:]  # [B, W] absolute position of each window slot
+        cur = ids[:, L - W:]
+        d_start = col([r.d_start for r in rows])[:, None]
+        d_end = col([r.d_end for r in rows])[:, None]
+        in_block = (wpos >= d_start) & (wpos < d_end)
+        maskable = (cur == self.mask_id) & in_block
+        names = sorted({r.params.policy for r in rows})
+        pred, conf, entropy = predict(
+            logits, self.mask_id, [r.params.temperature for r in rows],
+            [self.generators.get(r.slot) for r in rows],
+            need_entropy=bool(NEEDS_ENTROPY.intersection(names)))
+        knobs = PolicyKnobs(
+            steps_left=col([r.steps_left for r in rows]),
+            threshold=col([r.params.threshold for r in rows], torch.float32),
+            entropy_bound=col([r.params.entropy_bound for r in rows], torch.float32))
+        commit = commit_mixed(names, col([POLICY_IDS[r.params.policy] for r in rows]), conf,
+                              entropy, maskable, knobs)
+        new = torch.where(commit, pred, cur)
+        # after a committed EOS nothing more is generated: fill the masks behind it with EOS
+        stop_rows = col([not r.params.ignore_eos for r in rows], torch.bool)[:, None]
+        prompt_len = col([r.prompt_len for r in rows])[:, None]
+        is_eos = torch.isin(new, self.eos_ids) & (wpos >= prompt_len) & stop_rows
+        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+        new = torch.where(after_eos & (new == self.mask_id), self.eos_ids[0], new)
+        in_window = wpos >= first[:, None]
+        self.seq[slots[:, None], torch.where(in_window, wpos, self.T)] = new
+        remaining = ((new == self.mask_id) & in_block).sum(-1)
+        host = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
+        return StepOutput(window_start=[r.q_end - W for r in rows],
+                          tokens=[h[:-1] for h in host], remaining=[h[-1] for h in host])
+
+    def _to_host(self, t: torch.Tensor) -> list[list[int]]:
+        if not self.pinned:
+            return t.tolist()
+        buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        buf.copy_(t, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        done.synchronize()  # the one host wait per pass, after the whole pass was queued
+        return buf.tolist()

@@ -1,0 +1,44 @@
+"""Per-slot prediction from logits: the token to commit, its confidence and (optionally) entropy.
+
+Greedy rows take the argmax; rows with temperature > 0 add Gumbel noise drawn from the request's
+own generator (so a seeded request decodes the same whatever else is in the batch). Confidence is
+the softmax probability of the chosen token under the untempered distribution (LLaDA's p(x0)).
+The mask token is never predicted. Routes to kernels.ops.unmask_confidence for greedy batches.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:  # Triton on CUDA, PyTorch reference elsewhere (kernels/dispatch.py decides)
+    from kernels.ops import unmask_confidence as _fused
+except ImportError:  # pragma: no cover - kernels package not built yet
+    _fused = None
+
+
+def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
+            generators: list[torch.Generator | None], need_entropy: bool):
+    """logits [B, W, V] -> (token [B, W] int64, conf [B, W] f32, entropy [B, W] f32 | None)."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")
+    if _fused is not None and not any(t > 0 for t in temperatures):
+        token, conf, entropy = _fused(logits, need_entropy=need_entropy)
+        return token, conf, entropy
+    logp = torch.log_softmax(logits, dim=-1)
+    token = logits.argmax(-1)
+    if any(t > 0 for t in temperatures):
+        rows = []
+        for b, (t, g) in enumerate(zip(temperatures, generators, strict=True)):
+            if t > 0:
+                u = torch.rand(logits.shape[1:], generator=g, device=logits.device)
+                gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
+                rows.append((logits[b] / t + gumbel).argmax(-1))
+            else:
+                rows.append(token[b])
+        token = torch.stack(rows)
+    conf = logp.gather(-1, token[..., None]).squeeze(-1).exp()
+    entropy = None
+    if need_entropy:
+        p = logp.exp()
+        entropy = -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
+    return token, conf, entropy

@@ -1,0 +1,118 @@
+"""Pure-Python scheduler: admission, slots, and what each pass means for each request.
+
+    plan = scheduler.schedule()          # rows for the next pass (admits waiting requests)
+    events = scheduler.update(plan, out) # block completions -> Committed events, finished requests
+Requests join and leave between passes. Knows nothing about CUDA or tensors: `out` only needs
+`window_start`, `tokens` and `remaining` lists (tests feed fake results).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from engine.sequence import Sequence, Status
+
+
+class EngineOverloaded(RuntimeError):
+    """More concurrent requests than max_running + max_queued."""
+
+
+@dataclass
+class Committed:
+    """A decode block became final for one request."""
+
+    seq: Sequence
+    token_ids: list[int]  # committed ids, cut at the first EOS
+    finished: bool
+    finish_reason: str | None
+
+
+class Scheduler:
+    def __init__(self, max_running: int, max_queued: int, eos_ids: tuple[int, ...]):
+        self.max_running = max_running
+        self.max_queued = max_queued
+        self.eos_ids = set(eos_ids)
+        self.waiting: deque[Sequence] = deque()
+        self.running: dict[int, Sequence] = {}  # slot -> sequence
+        self.free_slots = list(range(max_running - 1, -1, -1))
+        self.by_id: dict[str, Sequence] = {}
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def add(self, seq: Sequence) -> None:
+        if len(self) >= self.max_running + self.max_queued:
+            raise EngineOverloaded(
+                f"engine is full: {len(self.running)} running and {len(self.waiting)} queued "
+                f"(max_running={self.max_running}, max_queued={self.max_queued})")
+        if seq.request_id in self.by_id:
+            raise ValueError(f"request id {seq.request_id!r} is already in use")
+        self.waiting.append(seq)
+        self.by_id[seq.request_id] = seq
+
+    def abort(self, request_id: str) -> Sequence | None:
+        seq = self.by_id.get(request_id)
+        if seq is None:
+            return None
+        if seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        self._finish(seq, "abort")
+        return seq
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        if seq.status is Status.RUNNING:
+            del self.running[seq.slot]
+            self.free_slots.append(seq.slot)
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason
+        self.by_id.pop(seq.request_id, None)
+
+    def schedule(self) -> tuple[list[Sequence], list[Sequence]]:
+        """-> (rows for this pass, sequences admitted now that need their canvas laid out)."""
+        admitted = []
+        while self.waiting and self.free_slots:
+            seq = self.waiting.popleft()
+            seq.slot = self.free_slots.pop()
+            seq.status = Status.RUNNING
+            self.running[seq.slot] = seq
+            admitted.append(seq)
+        return sorted(self.running.values(), key=lambda s: s.slot), admitted
+
+    def update(self, rows: list[Sequence], out) -> list[Committed]:
+        events = []
+        for i, seq in enumerate(rows):
+            if seq.status is not Status.RUNNING:
+                continue  # aborted while the pass ran
+            if seq.writes:
+                seq.cache_len = seq.q_start
+            seq.passes += 1
+            seq.steps_in_block += 1
+            if out.remaining[i] > 0:
+                continue
+            offset = seq.d_start - out.window_start[i]
+            block = out.tokens[i][offset: offset + seq.d_end - seq.d_start]
+            room = seq.gen_end - seq.d_start  # the canvas may run past max_new_tokens
+            finished, reason = len(block) >= room, "length"
+            block = block[:room]
+            if not seq.params.ignore_eos:
+                for j, tid in enumerate(block):
+                    if tid in self.eos_ids:
+                        block, finished, reason = block[:j], True, "stop"
+                        break
+            reason = reason if finished else None
+            seq.generated.extend(block)
+            if seq.t_first_block is None:
+                seq.t_first_block = time.perf_counter()
+            seq.d_start = seq.d_end
+            seq.steps_in_block = 0
+            if finished:
+                self._finish(seq, reason)
+            events.append(Committed(seq, block, finished, reason))
+        return events
+
+    def stop(self, seq: Sequence, reason: str) -> None:
+        """Finish a running request early (e.g. a stop string matched)."""
+        if seq.status is not Status.FINISHED:
+            self._finish(seq, reason)

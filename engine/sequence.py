@@ -1,0 +1,107 @@
+"""One request's decoding state on the host: where its blocks, cache and query window lie.
+
+Positions are absolute (0 = first prompt token). Geometry, per family:
+  block-causal  blocks aligned to multiples of the model block `mbs`; decode blocks of `dbs`
+                (a divisor of mbs) inside them. Query window = the current model block; the
+                write segment [cache_len, q_start) holds finished blocks (prompt blocks on the
+                first pass, the block just completed afterwards) whose K/V this pass stores -
+                the commit pass is fused with the next block's first denoising pass.
+  bidirectional blocks of `dbs` counted from the end of the prompt; query window = current block
+                to the end of the canvas. With the prefix cache the first pass of each block
+                recomputes and stores [0, q_start) (Fast-dLLM v1 PrefixCache); without it every
+                pass recomputes everything and stores nothing.
+With a logit shift the pass also computes position q_start - 1 (query only) so slot i can read
+logit i - 1. Knows nothing about tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from engine.params import SamplingParams
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    model_block: int  # 0 = bidirectional model
+    decode_block: int
+    shift: int  # 1 when the family predicts position i from logit i - 1
+    prefix_cache: bool
+    status: Status = Status.WAITING
+    slot: int = -1
+    cache_len: int = 0
+    d_start: int = 0
+    steps_in_block: int = 0
+    passes: int = 0
+    finish_reason: str | None = None
+    generated: list[int] = field(default_factory=list)
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first_block: float | None = None
+
+    def __post_init__(self) -> None:
+        self.d_start = self.prompt_len
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def gen_end(self) -> int:
+        return self.prompt_len + self.params.max_new_tokens
+
+    @property
+    def canvas_end(self) -> int:
+        return round_up(self.gen_end, self.model_block) if self.model_block else self.gen_end
+
+    @property
+    def d_end(self) -> int:
+        if self.model_block:  # aligned sub-blocks
+            return min((self.d_start // self.decode_block + 1) * self.decode_block, self.canvas_end)
+        return min(self.d_start + self.decode_block, self.canvas_end)
+
+    @property
+    def q_start(self) -> int:
+        if self.model_block:
+            return self.d_start // self.model_block * self.model_block
+        return self.d_start
+
+    @property
+    def q_end(self) -> int:
+        return self.q_start + self.model_block if self.model_block else self.canvas_end
+
+    @property
+    def writes(self) -> bool:
+        """Does this pass store K/V for [cache_len, q_start)?"""
+        if self.model_block:
+            return self.cache_len < self.q_start
+        return self.prefix_cache and self.steps_in_block == 0 and self.q_start > 0
+
+    @property
+    def first_computed(self) -> int:
+        """First position this pass feeds through the model."""
+        start = 0 if (not self.model_block and self.writes) else self.cache_len
+        return max(0, min(start, self.q_start - self.shift))
+
+    @property
+    def visible_cache(self) -> int:
+        """Cached positions this pass reads (a refresh pass reads none)."""
+        return 0 if (not self.model_block and self.writes) else self.cache_len
+
+    @property
+    def steps_left(self) -> int:
+        return max(1, self.params.steps_per_block - self.steps_in_block)

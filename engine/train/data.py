@@ -1,0 +1,265 @@
+"""Turn a fact sheet into (question, answer) pairs for training and held-out evaluation.
+
+`DataGenerator(facts, use_chitchat=...)`:
+  - `sample_train(rng) -> Example`: one training pair drawn from training templates only, with
+    ASR-like noise (fillers, casing, punctuation, disfluent repeats).
+  - `eval_set(seed, per_template) -> list[Example]`: every held-out template for every slot value
+    (held-out fillers included), deterministic for a seed.
+  - `answer(intent, slot) -> (text, facts)`: the one spoken answer per (intent, slot). There is
+    deliberately ONE answer per question: a diffusion decoder commits several tokens per pass as if
+    they were independent, so two equally likely phrasings get mixed ("We're open We are...").
+Held-out templates are checked at construction never to render a string a training template can
+render (ValueError otherwise). Knows nothing about tokenizers or models.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from dataclasses import dataclass
+
+from engine.train.facts import DAYS, FactSheet
+from engine.train.grammar import Template
+from engine.train.templates import (
+    FACT_INTENTS,
+    PREFIXES,
+    QUESTIONS,
+    SMALL_TALK_INTENTS,
+    SUFFIXES,
+)
+
+_CHITCHAT_BLOCKLIST = re.compile(
+    r"\b(hours?|open|close|price|cost|charge|appointment|dentist|dental|tooth|teeth|clinic|"
+    r"address|located|book|booking|insurance|pay|park|parking|email|phone|number|call|name|who|"
+    r"robot|bot|human|thanks?|thank|bye|goodbye|hi|hello|hey|cancel|walk|emergency|repeat|"
+    r"sorry|pardon|services?|schedule|how are you|directions?|where)\b")
+
+
+@dataclass(frozen=True)
+class Example:
+    intent: str          # e.g. "price", "faq:insurance", "greeting"
+    slot: str | None     # day or service name, None otherwise
+    template: str        # the core template text (or "chitchat:<id>"); identity for splits
+    question: str        # what the caller said, as ASR would transcribe it
+    answer: str          # the one spoken reply
+    facts: tuple[str, ...]  # values the reply must contain to count as correct
+    kind: str            # "fact" or "small_talk"
+
+
+def normalize(text: str) -> str:
+    """Lowercase, drop punctuation except inside numbers/words, collapse spaces (for scoring)."""
+    text = text.lower().replace("’", "'")
+    text = re.sub(r"[^a-z0-9' ]+", " ", text)
+    return " ".join(text.split())
+
+
+def _join_days(days: list[str]) -> str:
+    names = [d.capitalize() for d in days]
+    return names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
+
+
+class DataGenerator:
+    def __init__(self, facts: FactSheet, use_chitchat: bool = False) -> None:
+        self.facts = facts
+        self.questions: dict[str, tuple[list[Template], list[Template]]] = {
+            intent: ([Template(t) for t in train], [Template(t) for t in heldout])
+            for intent, (train, heldout) in QUESTIONS.items()}
+        for item in facts.faq:
+            self.questions[f"faq:{item.id}"] = (
+                [Template(q) for q in item.questions[:-1]], [Template(item.questions[-1])])
+        self._check_disjoint()
+        # units: (intent, slot, weight). Sampling is uniform over units, weighted.
+        self.units: list[tuple[str, str | None, float]] = []
+        for intent in self.questions:
+            if intent == "hours_day":
+                self.units += [(intent, day, 1.0) for day in DAYS]
+            elif intent in ("price", "duration"):
+                self.units += [(intent, s.name, 1.0) for s in facts.services]
+            elif intent == "out_of_scope":
+                self.units.append((intent, None, 2.0))
+            elif intent in SMALL_TALK_INTENTS:
+                self.units.append((intent, None, 0.6))
+            else:
+                self.units.append((intent, None, 1.5 if intent == "hours_week" else 1.0))
+        self._weights = [w for _, _, w in self.units]
+        self.chitchat_train: list[str] = []
+        self.chitchat_eval: list[str] = []
+        if use_chitchat:
+            self._load_chitchat()
+
+    # ------------------------------------------------------------------ answers
+    def answer(self, intent: str, slot: str | None = None) -> tuple[str, tuple[str, ...]]:
+        f = self.facts
+        if intent == "hours_day":
+            hours = dict(f.hours)[slot]
+            day = slot.capitalize()
+            if hours == "closed":
+                return f"Sorry, we're closed on {day}s.", ("closed",)
+            return f"On {day}s we're open from {hours}.", (hours,)
+        if intent == "hours_week":
+            groups: list[tuple[list[str], str]] = []
+            for day, hours in f.hours:
+                if groups and groups[-1][1] == hours:
+                    groups[-1][0].append(day)
+                else:
+                    groups.append(([day], hours))
+            open_parts = [f"{_join_days(d)} {h}" for d, h in groups if h != "closed"]
+            closed = [d for d, h in f.hours if h == "closed"]
+            text = "We're open " + (
+                ", ".join(open_parts[:-1]) + ", and " + open_parts[-1]
+                if len(open_parts) > 1 else open_parts[0]) + "."
+            if closed:
+                text += " We're closed on " + " and ".join(d.capitalize() + "s" for d in closed) + "."
+            return text, tuple(dict.fromkeys(h for _, h in f.hours if h != "closed"))
+        if intent in ("price", "duration"):
+            service = next(s for s in f.services if s.name == slot)
+            spoken = service.spoken[0].upper() + service.spoken[1:]
+            if intent == "price":
+                return f"{spoken} is {service.price}.", (service.price,)
+            return f"{spoken} takes about {service.duration}.", (service.duration,)
+        if intent == "services_list":
+            names = [s.name for s in f.services]
+            listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", and " + names[-1]
+            return f"We offer {listed}.", tuple(names)
+        if intent.startswith("faq:"):
+            item = next(i for i in f.faq if i.id == intent[4:])
+            return item.answer, (item.fact,)
+        fixed = {
+            "address": (f"We're at {f.address}.", (f.address,)),
+            "directions": (f.directions, (f.directions_fact,)),
+            "phone": (f"Our number is {f.phone}.", (f.phone,)),
+            "email": (f"You can email us at {f.email}.", (f.email,)),
+            "booking": (f.booking_answer, (f.booking_fact,)),
+            "greeting": (f"Hi, thanks for calling {f.name}. How can I help you today?",
+                         ("how can i help",)),
+            "how_are_you": ("I'm doing well, thanks for asking. How can I help you today?",
+                            ("doing well",)),
+            "thanks": ("You're welcome. Is there anything else I can help with?",
+                       ("you're welcome",)),
+            "goodbye": (f"Thanks for calling {f.name}. Have a great day!", ("have a great day",)),
+            "who_are_you": (f"I'm {f.assistant_name}, the virtual receptionist at {f.name}.",
+                            (f.assistant_name,)),
+            "are_you_human": (
+                "I'm a virtual assistant, but I can help with our hours, prices, and bookings.",
+                ("virtual assistant",)),
+            "repeat": ("Sorry about that. I can help with our hours, location, prices, and "
+                       "appointments.", ("sorry about that",)),
+            "human_agent": (f"Our front desk answers at {f.phone} during opening hours.",
+                            ("front desk",)),
+            "out_of_scope": (f"Sorry, I can only help with questions about {f.name}, like our "
+                             "hours, prices, and appointments.", ("only help with questions",)),
+        }
+        if intent not in fixed:
+            raise ValueError(f"unknown intent {intent!r}")
+        return fixed[intent]
+
+    def all_answers(self) -> list[str]:
+        return [self.answer(intent, slot)[0] for intent, slot, _ in self.units]
+
+    # ------------------------------------------------------------------ questions
+    def _fill(self, text: str, intent: str, slot: str | None, rng: random.Random) -> str:
+        if "<day>" in text:
+            plural = "on <day>" in text and rng.random() < 0.3
+            text = text.replace("<day>", slot + ("s" if plural else ""))
+        if "<service>" in text:
+            service = next(s for s in self.facts.services if s.name == slot)
+            text = text.replace("<service>", rng.choice(service.aliases))
+        if "<business>" in text:
+            name = self.facts.name.lower()
+            text = text.replace("<business>", rng.choice([name, name, name.split()[0]]))
+        return text
+
+    def _asr_noise(self, core: str, intent: str, rng: random.Random, heldout: bool) -> str:
+        words = core.split()
+        if len(words) > 2 and rng.random() < 0.05:  # disfluent repeat: "what what time"
+            i = rng.randrange(len(words) - 1)
+            words.insert(i, words[i])
+        core = " ".join(words)
+        if intent in FACT_INTENTS or intent.startswith("faq:") or intent == "out_of_scope":
+            prefixes = PREFIXES[0] + (PREFIXES[1] if heldout else [])
+            suffixes = SUFFIXES[0] + (SUFFIXES[1] if heldout else [])
+            prefix, suffix = rng.choice(prefixes), rng.choice(suffixes)
+            sep = rng.choice([", ", " ", ". "])
+            core = (prefix + sep + core if prefix else core) + (
+                rng.choice([", ", " "]) + suffix if suffix else "")
+        end = rng.choice(["?", "?", ".", "", ""])
+        if intent in SMALL_TALK_INTENTS and end == "?" and intent not in (
+                "how_are_you", "who_are_you", "are_you_human", "repeat", "out_of_scope"):
+            end = rng.choice([".", "!", ""])
+        text = core + end
+        casing = rng.random()
+        if casing < 0.45:
+            text = text[0].upper() + text[1:]  # Whisper-style sentence case
+        elif casing < 0.5:
+            text = text.upper()
+        text = re.sub(r"\bi\b", "I", text) if casing < 0.45 else text
+        return text
+
+    def _example(self, intent: str, slot: str | None, template: Template, rng: random.Random,
+                 heldout: bool) -> Example:
+        question = self._asr_noise(
+            self._fill(template.sample(rng), intent, slot, rng), intent, rng, heldout)
+        answer, facts = self.answer(intent, slot)
+        kind = "small_talk" if intent in SMALL_TALK_INTENTS else "fact"
+        return Example(intent, slot, template.text, question, answer, facts, kind)
+
+    def sample_train(self, rng: random.Random) -> Example:
+        intent, slot, _ = rng.choices(self.units, weights=self._weights)[0]
+        if intent == "out_of_scope" and self.chitchat_train and rng.random() < 0.5:
+            line = rng.choice(self.chitchat_train)
+            answer, facts = self.answer(intent)
+            return Example(intent, None, "chitchat:train", line, answer, facts, "small_talk")
+        return self._example(intent, slot, rng.choice(self.questions[intent][0]), rng, False)
+
+    def eval_set(self, seed: int = 1234, per_template: int = 1) -> list[Example]:
+        rng = random.Random(seed)
+        out = []
+        for intent, slot, _ in self.units:
+            for template in self.questions[intent][1]:
+                for _ in range(per_template):
+                    out.append(self._example(intent, slot, template, rng, True))
+        for line in self.chitchat_eval[: 4 * per_template]:
+            answer, facts = self.answer("out_of_scope")
+            out.append(Example("out_of_scope", None, "chitchat:eval", line, answer, facts,
+                               "small_talk"))
+        return out
+
+    # ------------------------------------------------------------------ splits
+    def core_strings(self, heldout: bool) -> set[str]:
+        """Every normalized rendering of the train (or held-out) core templates, slots unfilled."""
+        out = set()
+        for train, held in self.questions.values():
+            for template in held if heldout else train:
+                out.update(normalize(s.replace("<", "SLOT").replace(">", "")) for s in
+                           template.expand())
+        return out
+
+    def _check_disjoint(self) -> None:
+        for intent, (train, held) in self.questions.items():
+            if not train or not held:
+                raise ValueError(f"intent {intent!r} needs both training and held-out templates")
+        both = self.core_strings(False) & self.core_strings(True)
+        if both:
+            raise ValueError(f"held-out templates also render as training ones: {sorted(both)[:5]}")
+
+    def _load_chitchat(self) -> None:
+        """Short first lines of real chit-chat conversations become out-of-scope inputs."""
+        try:
+            import chitchat_dataset
+        except ImportError as exc:
+            raise ValueError("use_chitchat needs the `chitchat-dataset` package "
+                             "(pip install chitchat-dataset)") from exc
+        lines = []
+        for key, convo in chitchat_dataset.Dataset().items():
+            for group in convo["messages"][:3]:
+                for message in group:
+                    text = " ".join(message["text"].split())
+                    n_words = len(text.split())
+                    if 3 <= n_words <= 14 and text.isascii() and not _CHITCHAT_BLOCKLIST.search(
+                            text.lower()):
+                        lines.append((key, text))
+        for key, text in sorted(set(lines)):
+            bucket = zlib.crc32(key.encode()) % 10
+            (self.chitchat_eval if bucket == 0 else self.chitchat_train).append(text)
+        random.Random(0).shuffle(self.chitchat_eval)

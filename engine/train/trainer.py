@@ -1,0 +1,253 @@
+"""Train a receptionist block-diffusion LM from a fact sheet, on CPU, resumably.
+
+`train(TrainConfig) -> dict` (a summary) writes into `out`:
+  tokenizer.json, tokenizer_config.json   trained once, reused on resume
+  config.json, model.safetensors          the exported checkpoint (engine.loader format), refreshed
+                                          every `save_every_s` and at the end
+  facts.yaml                              the fact sheet it was trained on
+  train_state.pt                          model + optimizer + step + elapsed (resume point)
+  train_log.jsonl, train_summary.json     loss / throughput log and final numbers
+Batch t is drawn from seeds (seed, t) only, so a resumed run sees the same data and masks as an
+uninterrupted one. Knows nothing about the Engine or evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from engine.config import ModelConfig
+from engine.loader import save_checkpoint
+from engine.model import DiffusionLM
+from engine.tokenizer import ChatTokenizer
+from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, train_tokenizer
+from engine.train.data import DataGenerator
+from engine.train.facts import DEFAULT_FACTS_PATH, load_facts
+from engine.train.objective import build_batch, masked_loss
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: str
+    facts: str = str(DEFAULT_FACTS_PATH)
+    seed: int = 0
+    max_steps: int = 3000
+    time_budget_s: float | None = None
+    batch_size: int = 32
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    vocab_size: int = 2048
+    tokenizer_samples: int = 20000
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 768
+    block_size: int = 8
+    use_chitchat: bool = False
+    save_every_s: float = 300.0
+    threads: int = 2
+    export_dtype: str = "float32"
+    resume: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        positive = ("max_steps", "batch_size", "hidden_size", "num_layers", "num_heads",
+                    "num_kv_heads", "head_dim", "intermediate_size", "block_size", "threads",
+                    "tokenizer_samples")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ValueError(f"time_budget_s must be > 0 or None, got {self.time_budget_s}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.save_every_s <= 0:
+            raise ValueError(f"save_every_s must be > 0, got {self.save_every_s}")
+        if self.export_dtype not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"export_dtype must be float32/float16/bfloat16, "
+                             f"got {self.export_dtype!r}")
+        if self.vocab_size < 300:
+            raise ValueError(f"vocab_size must be >= 300, got {self.vocab_size}")
+
+
+def lr_factor(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
+    """Linear warmup, then cosine decay to min_lr_ratio. Progress is the step fraction, or the
+    time-budget fraction when that is further along (so a budget-cut run still decays)."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    if cfg.time_budget_s:
+        progress = max(progress, elapsed_s / cfg.time_budget_s)
+    progress = min(1.0, progress)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _tokenizer(cfg: TrainConfig, gen: DataGenerator, out: Path) -> ChatTokenizer:
+    if not (cfg.resume and (out / "tokenizer.json").is_file()):
+        rng = random.Random(f"{cfg.seed}-tokenizer")
+        texts = []
+        for _ in range(cfg.tokenizer_samples):
+            ex = gen.sample_train(rng)
+            texts += [" " + ex.question.lower().strip(), ex.answer]
+        texts += gen.all_answers()
+        train_tokenizer(texts, out, vocab_size=cfg.vocab_size)
+    return ChatTokenizer.from_dir(out)
+
+
+def model_config(cfg: TrainConfig, tok: ChatTokenizer) -> ModelConfig:
+    return ModelConfig(
+        family="sdar", vocab_size=tok.tokenizer.get_vocab_size(), hidden_size=cfg.hidden_size,
+        num_layers=cfg.num_layers, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, intermediate_size=cfg.intermediate_size, rope_theta=10000.0,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, block_size=cfg.block_size,
+        mask_token_id=tok.token_id(MASK_TOKEN), eos_token_ids=(tok.token_id(EOS_TOKEN),),
+        max_position_embeddings=1024)
+
+
+class BatchMaker:
+    """Step t -> the same Batch every time (data and masks seeded from (seed, t))."""
+
+    def __init__(self, cfg: TrainConfig, gen: DataGenerator, tok: ChatTokenizer,
+                 mcfg: ModelConfig):
+        self.cfg, self.gen, self.tok, self.mcfg = cfg, gen, tok, mcfg
+        self.eos_id = mcfg.eos_token_ids[0]
+        self._prompt_cache: dict[str, list[int]] = {}
+        self._answer_cache: dict[str, list[int]] = {}
+
+    def encode(self, question: str, answer: str) -> tuple[list[int], list[int]]:
+        prompt = self._prompt_cache.get(question)
+        if prompt is None:
+            prompt = self.tok.encode_chat([{"role": "user", "content": question}])
+            if len(self._prompt_cache) < 200_000:
+                self._prompt_cache[question] = prompt
+        reply = self._answer_cache.get(answer)
+        if reply is None:
+            reply = self._answer_cache[answer] = self.tok.encode(answer) + [self.eos_id]
+        return prompt, reply
+
+    def __call__(self, step: int, batch_size: int | None = None):
+        rng = random.Random(f"{self.cfg.seed}-{step}")
+        pairs = [self.encode(e.question, e.answer) for e in
+                 (self.gen.sample_train(rng) for _ in range(batch_size or self.cfg.batch_size))]
+        generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
+        return build_batch([p for p, _ in pairs], [r for _, r in pairs], self.mcfg.block_size,
+                           self.mcfg.mask_token_id, self.eos_id, generator)
+
+
+def setup(cfg: TrainConfig):
+    """Facts, generator, tokenizer, model config and a freshly initialised model."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    facts = load_facts(cfg.facts)
+    gen = DataGenerator(facts, use_chitchat=cfg.use_chitchat)
+    tok = _tokenizer(cfg, gen, out)
+    mcfg = model_config(cfg, tok)
+    torch.manual_seed(cfg.seed)
+    model = DiffusionLM(mcfg)
+    model.init_weights(std=0.02, generator=torch.Generator().manual_seed(cfg.seed))
+    return gen, tok, mcfg, model
+
+
+def export(model: DiffusionLM, cfg: TrainConfig, out: Path) -> None:
+    save_checkpoint(model, out, tokenizer_dir=out, dtype=cfg.export_dtype)
+    if Path(cfg.facts).resolve() != (out / "facts.yaml").resolve():
+        shutil.copy(cfg.facts, out / "facts.yaml")
+
+
+def train(cfg: TrainConfig) -> dict:
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    gen, tok, mcfg, model = setup(cfg)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
+    state_file = out / "train_state.pt"
+    step, elapsed, tokens_seen = 0, 0.0, 0
+    if cfg.resume and state_file.is_file():
+        state = torch.load(state_file, weights_only=False)
+        if state["model_config"] != asdict(mcfg):
+            raise ValueError(f"{state_file}: saved with a different model config; "
+                             f"use a new --out or --no-resume")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, elapsed, tokens_seen = state["step"], state["elapsed_s"], state["tokens_seen"]
+    make_batch = BatchMaker(cfg, gen, tok, mcfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    log = (out / "train_log.jsonl").open("a")
+
+    def save() -> None:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                    "elapsed_s": elapsed, "tokens_seen": tokens_seen,
+                    "model_config": asdict(mcfg), "train_config": asdict(cfg)},
+                   state_file.with_suffix(".tmp"))
+        state_file.with_suffix(".tmp").replace(state_file)
+        export(model, cfg, out)
+
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not cfg.progress, unit="step",
+               dynamic_ncols=True)
+    start = time.perf_counter() - elapsed
+    last_save = time.perf_counter()
+    window_tokens, window_start, loss_ema = 0, time.perf_counter(), None
+    while step < cfg.max_steps and not (cfg.time_budget_s and elapsed >= cfg.time_budget_s):
+        factor = lr_factor(cfg, step, elapsed)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * factor
+        batch = make_batch(step)
+        logits = model(batch.input_ids, batch.positions, attn_mask=batch.attn_mask)  # [B, L, V]
+        loss = masked_loss(logits, batch.targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        tokens_seen += batch.num_tokens
+        window_tokens += batch.num_tokens
+        loss_value = float(loss)
+        loss_ema = loss_value if loss_ema is None else 0.95 * loss_ema + 0.05 * loss_value
+        now = time.perf_counter()
+        elapsed = now - start
+        tokens_per_s = window_tokens / max(1e-9, now - window_start)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_ema:.3f}", tok_s=f"{tokens_per_s:.0f}",
+                        lr=f"{cfg.lr * factor:.1e}")
+        if step % 20 == 0:
+            log.write(json.dumps({"step": step, "loss": round(loss_value, 4),
+                                  "loss_ema": round(loss_ema, 4), "lr": cfg.lr * factor,
+                                  "tokens_per_s": round(tokens_per_s, 1),
+                                  "elapsed_s": round(elapsed, 1)}) + "\n")
+            log.flush()
+            window_tokens, window_start = 0, now
+        if now - last_save >= cfg.save_every_s:
+            save()
+            last_save = time.perf_counter()
+    bar.close()
+    save()
+    log.close()
+    summary = {"steps": step, "elapsed_s": round(elapsed, 1), "tokens_seen": tokens_seen,
+               "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
+               "final_loss_ema": None if loss_ema is None else round(loss_ema, 4),
+               "parameters": n_params, "threads": cfg.threads,
+               "model_config": asdict(mcfg), "train_config": asdict(cfg)}
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,74 @@
+"""The reference decoding loop: the whole sequence recomputed every pass, no KV cache.
+
+`reference_decode` follows the same block schedule, unmasking policies and EOS rules as the
+engine but with plain `model.forward` over [prompt + canvas] each pass, batch 1. It is the
+oracle in tests (cached and uncached decoding must agree for block-causal models) and, with one
+token committed per pass (low_confidence, steps_per_block = block), the vanilla LLaDA loop that
+`diffvoice bench engine` compares against.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.config import ModelConfig
+from engine.model import DiffusionLM
+from engine.params import SamplingParams
+from engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
+from engine.sampling import predict
+from engine.sequence import Sequence
+
+
+@torch.inference_mode()
+def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int],
+                     params: SamplingParams, decode_block: int | None = None) -> tuple[list[int], int]:
+    """-> (generated ids cut at EOS, number of forward passes). Greedy only."""
+    if params.temperature > 0:
+        raise ValueError("reference_decode is greedy only")
+    mbs = cfg.block_size if cfg.block_causal else 0
+    s = Sequence("ref", list(prompt_ids), params, mbs, decode_block or params.block_size or
+                 (mbs or 32), int(cfg.logit_shift), prefix_cache=False)
+    mask_id, eos = int(cfg.mask_token_id), set(cfg.eos_token_ids)
+    device = next(model.parameters()).device
+    x = torch.full((s.canvas_end,), mask_id, dtype=torch.long, device=device)
+    x[: s.prompt_len] = torch.tensor(prompt_ids, device=device)
+    x[s.gen_end:] = cfg.eos_token_ids[0]
+    positions = torch.arange(s.canvas_end, device=device)[None]
+    generated, passes = [], 0
+    while True:
+        logits = model(x[None], positions)[0]  # [N, V]
+        passes += 1
+        if cfg.logit_shift:
+            logits = torch.cat((logits[:1], logits[:-1]))
+        lo, hi = s.q_start, s.q_end
+        pos = torch.arange(lo, hi, device=device)
+        cur = x[lo:hi]
+        maskable = (cur == mask_id) & (pos >= s.d_start) & (pos < s.d_end)
+        pred, conf, ent = predict(logits[None, lo:hi].clone(), mask_id, [0.0], [None],
+                                  params.policy in NEEDS_ENTROPY)
+        knobs = PolicyKnobs(torch.tensor([s.steps_left], device=device),
+                            torch.tensor([params.threshold], device=device),
+                            torch.tensor([params.entropy_bound], device=device))
+        commit = commit_mixed([params.policy], torch.tensor([POLICY_IDS[params.policy]]),
+                              conf, ent, maskable[None], knobs)[0]
+        new = torch.where(commit, pred[0], cur)
+        if not params.ignore_eos:
+            is_eos = torch.isin(new, torch.tensor(sorted(eos), device=device)) & (pos >= s.prompt_len)
+            after = (is_eos.long().cumsum(0) - is_eos.long()) > 0
+            new = torch.where(after & (new == mask_id), cfg.eos_token_ids[0], new)
+        x[lo:hi] = new
+        s.steps_in_block += 1
+        if bool(((x[s.d_start:s.d_end]) == mask_id).any()):
+            continue
+        room = s.gen_end - s.d_start
+        block = x[s.d_start:s.d_end].tolist()[:room]
+        stop = len(block) >= room
+        if not params.ignore_eos:
+            for j, tid in enumerate(block):
+                if tid in eos:
+                    block, stop = block[:j], True
+                    break
+        generated.extend(block)
+        if stop:
+            return generated, passes
+        s.d_start, s.steps_in_block = s.d_end, 0
