@@ -1,0 +1,148 @@
+"""Resolve the ASR setting to a loaded recognizer once per server, offline only.
+
+`resolve_asr(spec, device)` -> `AsrBackend` with `name` (shown in session.started), `warnings`
+(shown on the page and logged) and `make_service()` (one pipecat STT service per session, all
+sharing the loaded model).
+
+spec: "auto" (a local CTranslate2 dir under models/whisper*/, then faster-whisper models already
+in the Hugging Face cache: tiny.en, base.en, small.en, distil-small.en, tiny, base), a model name
+(looked up in the HF cache with local_files_only — nothing is downloaded), a local CTranslate2
+directory (must hold model.bin and tokenizer.json, else faster-whisper would go to the hub), or
+"pocketsphinx". Whenever no whisper model resolves, falls back to pocketsphinx's bundled en-us
+model with a warning; it never raises for a missing model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from voice.config import REPO_ROOT
+
+AUTO_WHISPER_NAMES = ("tiny.en", "base.en", "small.en", "distil-small.en", "tiny", "base")
+
+
+@dataclass
+class AsrBackend:
+    name: str
+    kind: str  # "whisper" | "pocketsphinx"
+    model: Any = None  # faster_whisper.WhisperModel or DecoderPool
+    warnings: list[str] = field(default_factory=list)
+    load_secs: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def make_service(self, **kwargs):
+        if self.kind == "whisper":
+            from voice.stt_whisper import WhisperSTT
+
+            return WhisperSTT(self.model, model_name=self.name, **self.options, **kwargs)
+        from voice.stt_pocketsphinx import PocketsphinxSTT
+
+        return PocketsphinxSTT(self.model, **kwargs)
+
+
+def whisper_device(device: str) -> tuple[str, str]:
+    """(device, compute_type) for faster-whisper: CUDA float16 when present, else CPU int8."""
+    if device == "cpu":
+        return "cpu", "int8"
+    try:
+        import ctranslate2
+
+        has_cuda = ctranslate2.get_cuda_device_count() > 0
+    except Exception:
+        has_cuda = False
+    if device == "cuda" and not has_cuda:
+        raise ValueError("device=cuda but CTranslate2 sees no CUDA device")
+    return ("cuda", "float16") if has_cuda else ("cpu", "int8")
+
+
+def _is_ct2_dir(path: Path) -> bool:
+    return (path / "model.bin").is_file()
+
+
+def _local_candidates() -> list[str]:
+    found = []
+    for root in sorted(REPO_ROOT.glob("models/whisper*")):
+        if _is_ct2_dir(root):
+            found.append(str(root))
+        found.extend(str(p.parent) for p in sorted(root.glob("*/model.bin")))
+    return found
+
+
+def _locate(candidate: str, warnings: list[str]) -> Path | None:
+    path = Path(candidate).expanduser()
+    if path.exists():
+        if not _is_ct2_dir(path):
+            warnings.append(f"ASR dir {path} has no model.bin (not a CTranslate2 Whisper model)")
+            return None
+        if not (path / "tokenizer.json").is_file():
+            warnings.append(f"ASR dir {path} has no tokenizer.json (faster-whisper would download one)")
+            return None
+        return path
+    try:
+        from faster_whisper.utils import download_model
+
+        return Path(download_model(candidate, local_files_only=True))
+    except Exception as e:
+        logger.debug(f"whisper model {candidate!r} not available offline: {e!r}")
+        return None
+
+
+def _load_whisper(path: Path, device: str) -> Any:
+    from faster_whisper import WhisperModel
+
+    dev, compute_type = whisper_device(device)
+    return WhisperModel(str(path), device=dev, compute_type=compute_type, num_workers=2)
+
+
+def load_pocketsphinx(warnings: list[str] | None = None) -> AsrBackend:
+    from voice.stt_pocketsphinx import DecoderPool
+
+    started = time.perf_counter()
+    pool = DecoderPool(size=1)
+    return AsrBackend(
+        name="pocketsphinx:en-us",
+        kind="pocketsphinx",
+        model=pool,
+        warnings=list(warnings or []),
+        load_secs=time.perf_counter() - started,
+    )
+
+
+def resolve_asr(spec: str, device: str = "auto", **whisper_options) -> AsrBackend:
+    if spec == "pocketsphinx":
+        return load_pocketsphinx()
+    warnings: list[str] = []
+    candidates = [*_local_candidates(), *AUTO_WHISPER_NAMES] if spec == "auto" else [spec]
+    for candidate in candidates:
+        path = _locate(candidate, warnings)
+        if path is None:
+            continue
+        started = time.perf_counter()
+        try:
+            model = _load_whisper(path, device)
+        except Exception as e:
+            warnings.append(f"could not load whisper model {candidate!r}: {e}")
+            continue
+        name = Path(candidate).name if Path(candidate).exists() else candidate
+        logger.info(f"ASR: faster-whisper {candidate} ({path}) on {whisper_device(device)}")
+        return AsrBackend(
+            name=f"whisper:{name}",
+            kind="whisper",
+            model=model,
+            warnings=warnings,
+            load_secs=time.perf_counter() - started,
+            options=whisper_options,
+        )
+    what = "no faster-whisper model found on disk" if spec == "auto" else f"whisper model {spec!r} not available offline"
+    warnings.append(
+        f"{what}; using pocketsphinx en-us instead (much less accurate). Put a CTranslate2 "
+        "Whisper model under models/whisper-<name>/ or pass --asr DIR."
+    )
+    for w in warnings:
+        logger.warning(f"ASR: {w}")
+    return load_pocketsphinx(warnings)

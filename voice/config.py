@@ -1,0 +1,246 @@
+"""`ServeConfig`: every setting of `diffvoice serve`, one frozen dataclass that validates itself.
+
+Sources, lowest precedence first: field defaults < config file (YAML or JSON object, `--config`)
+< environment `DIFFVOICE_<FIELD>` (upper-case field name; `TWILIO_AUTH_TOKEN` also fills
+`twilio_auth_token`) < command-line flags. Flags map 1:1 onto fields (`--stop-secs` ->
+`stop_secs`) and are generated from the field metadata by `add_arguments`, so a new field is one
+line here.
+
+This module knows nothing about pipecat, the engine or sockets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from voice.protocol import STOP_SECS_RANGE
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"
+DEFAULT_WEB_DIR = REPO_ROOT / "web"
+ASR_CHOICES_HELP = '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, or "pocketsphinx"'
+TTS_CHOICES = ("espeak", "kokoro", "piper")
+DEVICES = ("auto", "cpu", "cuda")
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly phone receptionist. Answer in one or two short spoken sentences, "
+    "without lists, markdown or emoji."
+)
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str = field(default="127.0.0.1", metadata=_help("interface to listen on"))
+    port: int = field(default=8000, metadata=_help("TCP port (0 picks a free one)"))
+    model: str = field(
+        default=str(DEFAULT_MODEL_DIR),
+        metadata=_help("diffusion model directory loaded by the engine"),
+    )
+    device: str = field(
+        default="auto", metadata=_help("engine and ASR device: auto (CUDA when present), cpu, cuda")
+    )
+    asr: str = field(default="auto", metadata=_help(f"speech recognizer: {ASR_CHOICES_HELP}"))
+    tts: str = field(default="espeak", metadata=_help("speech synthesizer: espeak, kokoro, piper"))
+    tts_voice: str | None = field(
+        default=None,
+        metadata=_help("voice name (espeak: en-us; kokoro: af_heart; piper: en_US-ryan-high)"),
+    )
+    tts_model_dir: str | None = field(
+        default=None,
+        metadata=_help(
+            "kokoro: dir with kokoro-v1.0.onnx + voices-v1.0.bin (default "
+            "~/.cache/pipecat/kokoro-onnx); piper: dir with <voice>.onnx + .onnx.json "
+            "(default ~/.cache/pipecat/piper)"
+        ),
+    )
+    stop_secs: float = field(
+        default=0.5, metadata=_help("seconds of silence that end a user turn (Silero VAD)")
+    )
+    smart_turn: bool = field(
+        default=False,
+        metadata=_help("also run pipecat's bundled smart-turn model to decide end of turn"),
+    )
+    system_prompt: str = field(
+        default=DEFAULT_SYSTEM_PROMPT, metadata=_help("system prompt for every call")
+    )
+    max_new_tokens: int = field(default=48, metadata=_help("token budget of one spoken answer"))
+    steps_per_block: int = field(
+        default=4, metadata=_help("denoising passes per block (more = better, slower)")
+    )
+    max_sessions: int = field(
+        default=32, metadata=_help("concurrent browser/phone sessions; more are refused")
+    )
+    latency_log: str | None = field(
+        default=None, metadata=_help("append one JSON line per bot turn to this file")
+    )
+    web_dir: str = field(default=str(DEFAULT_WEB_DIR), metadata=_help("static page served at /"))
+    public_url: str | None = field(
+        default=None, metadata=_help("public https URL of this server (Twilio webhooks)")
+    )
+    twilio_auth_token: str | None = field(
+        default=None, metadata=_help("Twilio auth token (env TWILIO_AUTH_TOKEN)", secret=True)
+    )
+    twilio_validate: bool = field(
+        default=True, metadata=_help("check X-Twilio-Signature on Twilio webhooks")
+    )
+    status_callback_log: str | None = field(
+        default=None, metadata=_help("append Twilio status callbacks as JSON lines to this file")
+    )
+    api_only: bool = field(
+        default=False,
+        metadata=_help("serve only the OpenAI-compatible API (no ASR/TTS/voice pipeline)"),
+    )
+    api_keys: tuple[str, ...] = field(
+        default=(),
+        metadata=_help("comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("host must not be empty")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
+        if not self.model:
+            raise ValueError("model must name a model directory")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if not self.asr:
+            raise ValueError(f"asr must be {ASR_CHOICES_HELP}")
+        if self.tts not in TTS_CHOICES:
+            raise ValueError(f"tts must be one of {TTS_CHOICES}, got {self.tts!r}")
+        lo, hi = STOP_SECS_RANGE
+        if not isinstance(self.stop_secs, (int, float)) or not lo <= self.stop_secs <= hi:
+            raise ValueError(f"stop_secs must be in [{lo}, {hi}], got {self.stop_secs!r}")
+        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 1024:
+            raise ValueError(f"max_new_tokens must be in [1, 1024], got {self.max_new_tokens!r}")
+        if not isinstance(self.steps_per_block, int) or self.steps_per_block < 1:
+            raise ValueError(f"steps_per_block must be >= 1, got {self.steps_per_block!r}")
+        if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions!r}")
+        if isinstance(self.api_keys, str):
+            object.__setattr__(self, "api_keys", _split_csv(self.api_keys))
+        if not all(isinstance(k, str) and k for k in self.api_keys):
+            raise ValueError("api_keys must be non-empty strings")
+        if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
+            raise ValueError(f"public_url must start with http:// or https://, got {self.public_url!r}")
+
+    def replace(self, **changes: Any) -> ServeConfig:
+        return replace(self, **changes)
+
+    def public_dict(self) -> dict[str, Any]:
+        """Settings safe to log or show (secrets masked)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = "***" if f.metadata.get("secret") and value else value
+        return out
+
+    # ------------------------------------------------------------------ sources
+
+    @classmethod
+    def from_sources(
+        cls,
+        args: argparse.Namespace | None = None,
+        env: Mapping[str, str] | None = None,
+        config_file: str | os.PathLike | None = None,
+    ) -> ServeConfig:
+        """Merge defaults < config file < env < flags (flags the user did not pass are None)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        config_file = config_file or (getattr(args, "config", None) if args else None)
+        if config_file:
+            values.update(_load_file(Path(config_file)))
+        for f in fields(cls):
+            raw = env.get(f"DIFFVOICE_{f.name.upper()}")
+            if raw is None and f.name == "twilio_auth_token":
+                raw = env.get("TWILIO_AUTH_TOKEN")
+            if raw is not None:
+                values[f.name] = _parse(f.name, _field_type(f), raw)
+        if args is not None:
+            for f in fields(cls):
+                value = getattr(args, f.name, None)
+                if value is not None:
+                    values[f.name] = value
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown config keys: {sorted(unknown)}")
+        for name, value in list(values.items()):
+            if isinstance(value, list):
+                values[name] = tuple(value)
+        return cls(**values)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One kebab-case flag per ServeConfig field (+ --config). Unset flags stay None."""
+    parser.add_argument("--config", default=None, help="YAML or JSON file of ServeConfig fields")
+    for f in fields(ServeConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _field_type(f)
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif kind is tuple:
+            parser.add_argument(flag, type=_split_csv, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=None, help=help_text)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _field_type(f) -> type:
+    hints = typing.get_type_hints(ServeConfig)
+    hint = hints[f.name]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is tuple:
+        return tuple
+    return hint
+
+
+def _split_csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _parse(name: str, kind: type, raw: str) -> Any:
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"DIFFVOICE_{name.upper()} must be a boolean, got {raw!r}")
+    if kind is tuple:
+        return _split_csv(raw)
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"DIFFVOICE_{name.upper()} must be {kind.__name__}, got {raw!r}") from None
+
+
+def _load_file(path: Path) -> dict[str, Any]:
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of ServeConfig fields")
+    return {k.replace("-", "_"): v for k, v in data.items()}

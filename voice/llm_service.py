@@ -1,0 +1,185 @@
+"""`DiffusionLLMService`: a pipecat LLMService over the shared in-process diffusion `Engine`.
+
+Contract:
+* consumes `LLMContextFrame`; pushes `LLMFullResponseStartFrame`, one `LLMTextFrame` per engine
+  delta that carries text (the engine commits whole words, a block at a time), then
+  `LLMFullResponseEndFrame` — also when the request fails or is cancelled;
+* TTFB metrics (request -> first delta), TTFAT, processing and token-usage metrics;
+* never blocks the event loop: `engine.generate()` is an async iterator fed by the engine's own
+  worker thread, so many sessions' requests batch together inside one engine;
+* cancels its engine request on interruption (pipecat cancels the frame-processing task, which
+  closes the generator and aborts the request), on EndFrame/CancelFrame (disconnect) and on
+  cleanup, and also calls `engine.abort(request_id)` explicitly, so a slot is never leaked;
+* a short-answer system prompt is prepended unless the context already starts with one; the
+  token budget and denoising passes come from the constructor (ServeConfig).
+* an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
+
+Knows nothing about audio, sockets or the wire protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loguru import logger
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    Frame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+)
+from pipecat.metrics.metrics import LLMTokenUsage
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.llm_service import LLMService
+from pipecat.services.settings import LLMSettings
+
+BUSY_REPLY = "Sorry, I'm handling too many calls right now. Please try again in a moment."
+
+_request_counter = itertools.count(1)
+
+
+def context_to_messages(messages: list[dict[str, Any]], system_prompt: str | None) -> list[dict]:
+    """OpenAI-style context messages -> [{"role", "content": str}] for the engine's template.
+
+    Multi-part contents keep their text parts; tool/function messages are dropped (the embedded
+    model has no tool calling); "developer" becomes "system".
+    """
+    out: list[dict[str, str]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant"):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                part.get("text", "") for part in content if isinstance(part, dict)
+            ).strip()
+        if not isinstance(content, str) or not content:
+            continue
+        out.append({"role": role, "content": content})
+    if system_prompt and not (out and out[0]["role"] == "system"):
+        out.insert(0, {"role": "system", "content": system_prompt})
+    return out
+
+
+class DiffusionLLMService(LLMService):
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        system_prompt: str | None,
+        max_new_tokens: int = 48,
+        steps_per_block: int = 4,
+        sampling_overrides: dict[str, Any] | None = None,
+        request_prefix: str = "voice",
+        on_request: Callable[[str], None] | None = None,
+        **kwargs,
+    ) -> None:
+        from engine import SamplingParams  # deferred: importing engine pulls in torch
+
+        super().__init__(
+            settings=LLMSettings(model=getattr(engine, "model_name", "diffusion")), **kwargs
+        )
+        self._engine = engine
+        self._system_prompt = system_prompt
+        self._params = SamplingParams(
+            max_new_tokens=max_new_tokens,
+            steps_per_block=steps_per_block,
+            **(sampling_overrides or {}),
+        )
+        self._request_prefix = request_prefix
+        self._on_request = on_request
+        self._current_request_id: str | None = None
+
+    @property
+    def current_request_id(self) -> str | None:
+        return self._current_request_id
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMContextFrame):
+            await self._respond(frame.context)
+        else:
+            await self.push_frame(frame, direction)
+
+    async def stop(self, frame: EndFrame) -> None:
+        self._abort_current()
+        await super().stop(frame)
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        self._abort_current()
+        await super().cancel(frame)
+
+    async def cleanup(self) -> None:
+        self._abort_current()
+        await super().cleanup()
+
+    def _abort_current(self) -> None:
+        request_id, self._current_request_id = self._current_request_id, None
+        if request_id is not None:
+            try:
+                self._engine.abort(request_id)
+            except Exception as e:  # abort of a finished request is harmless
+                logger.debug(f"{self}: abort({request_id}) -> {e!r}")
+
+    async def _respond(self, context: LLMContext) -> None:
+        from engine import EngineOverloaded
+
+        request_id = f"{self._request_prefix}-{next(_request_counter)}"
+        messages = context_to_messages(context.get_messages(), self._system_prompt)
+        await self.push_frame(LLMFullResponseStartFrame())
+        await self.start_processing_metrics()
+        finished = False
+        usage: LLMTokenUsage | None = None
+        try:
+            await self.start_ttfb_metrics()
+            self._current_request_id = request_id
+            if self._on_request:
+                self._on_request(request_id)
+            first = True
+            started = time.perf_counter()
+            async for delta in self._engine.generate(messages, self._params, request_id=request_id):
+                if first:
+                    await self.stop_ttfb_metrics()
+                    first = False
+                if delta.text:
+                    await self._push_llm_text(delta.text)
+                if delta.finished:
+                    finished = True
+                    usage = LLMTokenUsage(
+                        prompt_tokens=delta.prompt_tokens,
+                        completion_tokens=delta.completion_tokens,
+                        total_tokens=delta.prompt_tokens + delta.completion_tokens,
+                    )
+                    logger.debug(
+                        f"{self}: {request_id} finished ({delta.finish_reason}) "
+                        f"{delta.completion_tokens} tokens in {time.perf_counter() - started:.3f}s"
+                    )
+        except EngineOverloaded as e:
+            await self.push_error(error_msg=f"engine overloaded: {e}", exception=e)
+            await self._push_llm_text(BUSY_REPLY)
+        except asyncio.CancelledError:
+            logger.debug(f"{self}: {request_id} cancelled (interruption or disconnect)")
+            raise
+        except Exception as e:
+            await self.push_error(error_msg=f"diffusion engine error: {e}", exception=e)
+        finally:
+            if not finished:
+                self._abort_current()
+            self._current_request_id = None
+            if usage is not None:
+                await self.start_llm_usage_metrics(usage)
+            await self.stop_processing_metrics()
+            await self.push_frame(LLMFullResponseEndFrame())
