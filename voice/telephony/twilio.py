@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
@@ -160,7 +161,10 @@ async def _read_handshake(ws: WebSocket, timeout_s: float) -> StreamStart:
             return result
 
 
-def make_router(state, *, calls: ActiveCalls | None = None) -> APIRouter:
+def make_router(
+    state, *, calls: ActiveCalls | None = None, build_pipeline: Callable | None = None
+) -> APIRouter:
+    """See the module docstring. ``build_pipeline`` defaults to voice.pipeline.build_pipeline."""
     cfg = TelephonyConfig.from_serve_config(state.config)
     for warning in startup_warnings(cfg):
         logger.warning("!!! %s", warning)
@@ -220,15 +224,18 @@ def make_router(state, *, calls: ActiveCalls | None = None) -> APIRouter:
             logger.warning("twilio %s: closing stream: bad or missing token", start.call_sid)
             await ws.close(code=CLOSE_POLICY, reason="stream token missing or invalid")
             return
-        await _run_call(state, cfg, calls, ws, start)
+        await _run_call(state, cfg, calls, ws, start, build_pipeline)
 
     return router
 
 
-async def _run_call(state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart) -> None:
+async def _run_call(
+    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline
+) -> None:
     from pipecat.pipeline.runner import WorkerRunner
 
-    from voice.pipeline import build_pipeline
+    if build_pipeline is None:
+        from voice.pipeline import build_pipeline
 
     call = Call(start.call_sid, start.stream_sid, f"twilio-{uuid.uuid4().hex[:12]}", time.time())
     extra = {"transport": "twilio", "call_sid": call.call_sid, "stream_sid": call.stream_sid}
@@ -275,7 +282,9 @@ async def _run_call(state, cfg, calls: ActiveCalls, ws: WebSocket, start: Stream
     append_jsonl(cfg.status_callback_log, {"type": "twilio.stream", "t": time.time(),
                                            "event": "start", **extra})  # fmt: skip
     try:
-        await WorkerRunner(handle_sigint=False).run(worker)
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(worker)
+        await runner.run()
     finally:
         for task in cancel_tasks:
             await asyncio.gather(task, return_exceptions=True)
