@@ -1,0 +1,285 @@
+"""Parse and validate an OpenAI chat-completions request body into engine inputs.
+
+`parse_chat_request(body, model_ids=..., defaults=...) -> ChatRequest` turns the JSON body of
+`POST /v1/chat/completions` into chat messages plus a frozen `engine.SamplingParams`, or raises
+`OpenAIError` carrying the HTTP status and OpenAI's error shape
+(`{"error": {"message", "type", "param", "code"}}`). Pure: knows nothing about HTTP, the event loop
+or the engine's internals; the router turns `OpenAIError` into a response.
+
+Diffusion knobs arrive as extra top-level fields (the OpenAI client's `extra_body`):
+`steps_per_block`, `threshold`, `entropy_bound`, `block_size`, `policy`, `ignore_eos`.
+`reasoning_effort` is mapped onto them (see `EFFORT_PRESETS`); explicit knobs win over the preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from engine.params import POLICIES, SamplingParams
+
+
+class OpenAIError(Exception):
+    """An error the API reports to the client in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type: str = "invalid_request_error") -> None:  # noqa: A002 - OpenAI's field name
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+def _invalid(message: str, param: str | None, code: str = "invalid_value") -> OpenAIError:
+    return OpenAIError(400, message, param=param, code=code)
+
+
+# reasoning_effort -> overrides of the server's default SamplingParams. "medium" is the server's
+# own default; lower efforts commit by confidence threshold (fewer passes per block, adaptively),
+# higher ones run more fixed passes per block (the engine clamps steps to the block size).
+EFFORT_PRESETS: dict[str, dict[str, Any]] = {
+    "none": {"policy": "threshold", "threshold": 0.5},
+    "minimal": {"policy": "threshold", "threshold": 0.5},
+    "low": {"policy": "threshold", "threshold": 0.9},
+    "medium": {},
+    "high": {"policy": "low_confidence", "steps_per_block_scale": 2},
+    "xhigh": {"policy": "low_confidence", "steps_per_block_scale": 4},
+    "max": {"policy": "low_confidence", "steps_per_block_scale": 8},
+}
+
+# Fields OpenAI defines that we do not implement: accepted only at their neutral value (or null),
+# so clients that always send defaults keep working. Anything else -> 400 unsupported_parameter.
+_NEUTRAL: dict[str, Any] = {
+    "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0, "logprobs": False,
+    "parallel_tool_calls": True, "logit_bias": {}, "tools": [], "functions": [],
+    "modalities": ["text"], "response_format": {"type": "text"},
+}
+# Fields that change nothing about the answer; accepted and ignored.
+_IGNORED = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
+                      "prompt_cache_key", "verbosity"})
+_KNOWN = frozenset({
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
+    "stream", "stream_options", "n", "reasoning_effort",
+    "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
+})
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[dict[str, str], ...]   # [{"role": system|user|assistant, "content": str}]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _int_field(body: dict, name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not _is_int(value) or value < minimum:
+        raise _invalid(f"'{name}' must be an integer >= {minimum}, got {value!r}.", name)
+    return value
+
+
+def _text_content(content: Any, param: str) -> str:
+    """A message's content: a string or a list of {"type": "text", "text": str} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise _invalid(f"Content part type {kind!r} is not supported; only 'text' parts "
+                               "are.", f"{param}[{j}]", "unsupported_content")
+            if not isinstance(part.get("text"), str):
+                raise _invalid("A text content part needs a string 'text'.", f"{param}[{j}].text")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise _invalid("Message content must be a string or a list of text parts.", param)
+
+
+def _parse_messages(raw: Any) -> tuple[dict[str, str], ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _invalid("'messages' must be a non-empty array.", "messages")
+    messages = []
+    for i, message in enumerate(raw):
+        param = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise _invalid("Each message must be an object.", param)
+        role = message.get("role")
+        if role not in _ROLES:
+            raise _invalid(f"Unsupported role {role!r}; supported: system, developer, user, "
+                           "assistant.", f"{param}.role")
+        extra = sorted(set(message) - {"role", "content", "name"}
+                       - {k for k, v in message.items() if v is None})
+        if extra:
+            raise _invalid(f"Message field '{extra[0]}' is not supported.", f"{param}.{extra[0]}",
+                           "unsupported_parameter")
+        messages.append({"role": _ROLES[role],
+                         "content": _text_content(message.get("content"), f"{param}.content")})
+    return tuple(messages)
+
+
+def _check_fields(body: dict) -> None:
+    for name, value in body.items():
+        if name in _KNOWN or name in _IGNORED or value is None:
+            continue
+        if name in _NEUTRAL:
+            if value != _NEUTRAL[name]:
+                raise _invalid(f"'{name}' is not supported by this server (only "
+                               f"{_NEUTRAL[name]!r}).", name, "unsupported_parameter")
+            continue
+        raise _invalid(f"Unrecognized request argument supplied: {name}", name,
+                       "unknown_parameter")
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if (not isinstance(value, list) or len(value) > 4
+            or not all(isinstance(s, str) and s for s in value)):
+        raise _invalid("'stop' must be a non-empty string or a list of up to 4 non-empty "
+                       "strings.", "stop")
+    return tuple(value)
+
+
+def _max_tokens(body: dict) -> int | None:
+    max_tokens = _int_field(body, "max_tokens", 1)
+    max_completion = _int_field(body, "max_completion_tokens", 1)
+    if max_tokens is not None and max_completion is not None and max_tokens != max_completion:
+        raise _invalid("Give either 'max_tokens' or 'max_completion_tokens', not both with "
+                       "different values.", "max_tokens")
+    return max_completion if max_completion is not None else max_tokens
+
+
+def _knobs(body: dict, defaults: SamplingParams) -> dict[str, Any]:
+    """reasoning_effort preset, then explicit diffusion knobs on top."""
+    overrides: dict[str, Any] = {}
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in EFFORT_PRESETS:
+            raise _invalid(f"'reasoning_effort' must be one of {list(EFFORT_PRESETS)}, got "
+                           f"{effort!r}.", "reasoning_effort")
+        overrides = dict(EFFORT_PRESETS[effort])
+        scale = overrides.pop("steps_per_block_scale", None)
+        if scale is not None:
+            overrides["steps_per_block"] = defaults.steps_per_block * scale
+    policy = body.get("policy")
+    if policy is not None:
+        if policy not in POLICIES:
+            raise _invalid(f"'policy' must be one of {list(POLICIES)}, got {policy!r}.", "policy")
+        overrides["policy"] = policy
+    steps = _int_field(body, "steps_per_block", 1)
+    if steps is not None:
+        overrides["steps_per_block"] = steps
+    if body.get("block_size") is not None:
+        overrides["block_size"] = _int_field(body, "block_size", 1)
+    threshold = body.get("threshold")
+    if threshold is not None:
+        if not _is_number(threshold) or not 0.0 < threshold <= 1.0:
+            raise _invalid(f"'threshold' must be a number in (0, 1], got {threshold!r}.",
+                           "threshold")
+        overrides["threshold"] = float(threshold)
+        if policy is None:  # a threshold only means something to the threshold policy
+            overrides["policy"] = "threshold"
+    bound = body.get("entropy_bound")
+    if bound is not None:
+        if not _is_number(bound) or bound < 0:
+            raise _invalid(f"'entropy_bound' must be a number >= 0, got {bound!r}.",
+                           "entropy_bound")
+        overrides["entropy_bound"] = float(bound)
+        if policy is None:
+            overrides["policy"] = "entropy"
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos is not None:
+        if not isinstance(ignore_eos, bool):
+            raise _invalid("'ignore_eos' must be a boolean.", "ignore_eos")
+        overrides["ignore_eos"] = ignore_eos
+    return overrides
+
+
+def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
+                       defaults: SamplingParams) -> ChatRequest:
+    """Validate `body`; raise OpenAIError (400 invalid, 404 unknown model) on bad input."""
+    if not isinstance(body, dict):
+        raise _invalid("The request body must be a JSON object.", None)
+    _check_fields(body)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _invalid("'model' is required and must be a string.", "model")
+    if model not in model_ids:
+        raise OpenAIError(404, f"The model '{model}' does not exist. Available: "
+                          f"{', '.join(model_ids)}.", param="model", code="model_not_found")
+    messages = _parse_messages(body.get("messages"))
+
+    n = _int_field(body, "n", 1)
+    if n is not None and n != 1:
+        raise _invalid("Only n=1 is supported.", "n", "unsupported_value")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _invalid("'stream' must be a boolean.", "stream")
+    include_usage = False
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise _invalid("The 'stream_options' parameter is only allowed when 'stream' is "
+                           "enabled.", "stream_options")
+        if not isinstance(options, dict) or set(options) - {"include_usage"}:
+            raise _invalid("'stream_options' supports only 'include_usage'.", "stream_options")
+        include_usage = options.get("include_usage") or False
+        if not isinstance(include_usage, bool):
+            raise _invalid("'stream_options.include_usage' must be a boolean.",
+                           "stream_options.include_usage")
+
+    fields: dict[str, Any] = _knobs(body, defaults)
+    max_tokens = _max_tokens(body)
+    if max_tokens is not None:
+        fields["max_new_tokens"] = max_tokens
+    temperature = body.get("temperature")
+    if temperature is not None:
+        if not _is_number(temperature) or not 0 <= temperature <= 2:
+            raise _invalid(f"'temperature' must be a number in [0, 2], got {temperature!r}.",
+                           "temperature")
+        fields["temperature"] = float(temperature)
+    seed = body.get("seed")
+    if seed is not None:
+        if not _is_int(seed):
+            raise _invalid(f"'seed' must be an integer, got {seed!r}.", "seed")
+        fields["seed"] = seed
+    if body.get("stop") is not None:
+        fields["stop"] = _stop(body["stop"])
+    try:
+        params = dataclasses.replace(defaults, **fields)
+    except ValueError as exc:  # SamplingParams names the field in its message
+        raise _invalid(str(exc), _param_from_message(str(exc))) from exc
+    return ChatRequest(model=model, messages=messages, params=params, stream=stream,
+                       include_usage=include_usage)
+
+
+def _param_from_message(message: str) -> str | None:
+    name = message.split(" ", 1)[0]
+    return {"max_new_tokens": "max_tokens"}.get(name, name if name in _KNOWN else None)

@@ -1,0 +1,269 @@
+"""HTTP layer of the OpenAI-compatible API: `make_router(state) -> fastapi.APIRouter`.
+
+Routes: `GET /v1/models`, `GET /v1/models/{model}`, `POST /v1/chat/completions` (JSON or, with
+`stream: true`, server-sent events: one `chat.completion.chunk` per committed engine block, then
+`data: [DONE]`). `state` is anything with `.engine` (engine.Engine) and `.config` (a
+ServeConfig-like object; read: `api_keys`, optional `max_new_tokens`, `steps_per_block`).
+
+Contract:
+- Every error is OpenAI-shaped JSON: 400 invalid request, 401 bad/missing bearer key (only when
+  `config.api_keys` is non-empty), 404 unknown model, 503 engine overloaded (with Retry-After).
+- The engine is never waited on synchronously: `engine.generate` is async and runs its own thread.
+- A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
+  engine request aborted, so the slot frees before the engine's next step.
+Knows nothing about the voice pipeline; request parsing lives in `request.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.types import Receive, Scope, Send
+
+from engine import EngineOverloaded, SamplingParams
+from voice.openai_api.request import ChatRequest, OpenAIError, parse_chat_request
+
+log = logging.getLogger(__name__)
+
+OVERLOAD_RETRY_AFTER_S = 1
+
+
+class _OpenAIRoute(APIRoute):
+    """Turns OpenAIError (raised by handlers) into OpenAI-shaped JSON error responses."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except OpenAIError as exc:
+                headers = ({"Retry-After": str(OVERLOAD_RETRY_AFTER_S)} if exc.status == 503
+                           else {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+                return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+        return handle
+
+
+class _SlotReleasingStream(StreamingResponse):
+    """A StreamingResponse that runs `on_close` (synchronously) however the response ends,
+    including cancellation when the client disconnects mid-stream."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def _default_params(state: Any) -> SamplingParams:
+    """The engine's defaults with the server's configured answer length and steps on top."""
+    engine_config = getattr(state.engine, "config", None)
+    base = getattr(engine_config, "default_params", None) or SamplingParams()
+    overrides = {}
+    for name in ("max_new_tokens", "steps_per_block"):
+        value = getattr(state.config, name, None)
+        if value is not None:
+            overrides[name] = value
+    return dataclasses.replace(base, **overrides)
+
+
+def _check_auth(request: Request, api_keys: tuple[str, ...]) -> None:
+    if not api_keys:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise OpenAIError(401, "Missing bearer token: send 'Authorization: Bearer <API key>'.",
+                          code="missing_api_key")
+    # compare against every key (no early exit) so timing does not reveal which one matched
+    matched = [hmac.compare_digest(token.encode(), key.encode()) for key in api_keys]
+    if not any(matched):
+        raise OpenAIError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    """Returns once the client has gone (the body has already been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """Await `work` in a task; cancel it (aborting its engine request) if the client leaves."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise OpenAIError(499, "Client closed the request.", code="client_closed")
+        return task.result()
+    finally:
+        watcher.cancel()
+        task.cancel()
+
+
+def _engine_errors(exc: Exception) -> OpenAIError:
+    if isinstance(exc, EngineOverloaded):
+        return OpenAIError(503, f"The engine is overloaded ({exc}); retry shortly.",
+                           type="server_error", code="engine_overloaded")
+    return OpenAIError(400, str(exc), code="invalid_value")
+
+
+def _usage(delta: Any) -> dict[str, int]:
+    return {"prompt_tokens": delta.prompt_tokens, "completion_tokens": delta.completion_tokens,
+            "total_tokens": delta.prompt_tokens + delta.completion_tokens}
+
+
+def _finish_reason(delta: Any) -> str:
+    if delta.finish_reason == "abort":
+        raise OpenAIError(503, "The engine aborted this request.", type="server_error",
+                          code="engine_aborted")
+    return delta.finish_reason or "stop"
+
+
+def _sse(payload: dict[str, Any] | str) -> str:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n"
+
+
+def make_router(state: Any) -> APIRouter:
+    """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
+    router = APIRouter(route_class=_OpenAIRoute)
+    engine = state.engine
+
+    def model_card(model_id: str) -> dict[str, Any]:
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "diffvoice"}
+
+    def model_ids() -> tuple[str, ...]:
+        return (engine.model_name,)
+
+    def authorize(request: Request) -> None:
+        _check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
+
+    @router.get("/v1/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        authorize(request)
+        return {"object": "list", "data": [model_card(m) for m in model_ids()]}
+
+    @router.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+        authorize(request)
+        if model_id not in model_ids():
+            raise OpenAIError(404, f"The model '{model_id}' does not exist.", param="model",
+                              code="model_not_found")
+        return model_card(model_id)
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        authorize(request)
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
+                              code="invalid_json") from exc
+        chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id)
+        if chat.stream:
+            return await _stream(request, chat, deltas, request_id, created)
+        try:
+            text, last = await _unless_disconnected(request, _collect(deltas))
+        except (EngineOverloaded, ValueError) as exc:
+            engine.abort(request_id)
+            raise _engine_errors(exc) from exc
+        except BaseException:
+            engine.abort(request_id)  # client gone, cancelled or engine failure: free the slot
+            raise
+        return JSONResponse({
+            "id": request_id, "object": "chat.completion", "created": created,
+            "model": chat.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
+                                                 "refusal": None},
+                         "logprobs": None, "finish_reason": _finish_reason(last)}],
+            "usage": _usage(last),
+        })
+
+    async def _collect(deltas: AsyncIterator[Any]) -> tuple[str, Any]:
+        parts, last = [], None
+        async for delta in deltas:
+            parts.append(delta.text)
+            last = delta
+        return "".join(parts), last
+
+    async def _stream(request: Request, chat: ChatRequest, deltas: AsyncIterator[Any],
+                      request_id: str, created: int) -> Response:
+        # Wait for the first block before sending headers, so overload and invalid-prompt errors
+        # still get a proper status code; the first chunk needs that block anyway.
+        try:
+            first = await _unless_disconnected(request, anext(deltas))
+        except (EngineOverloaded, ValueError) as exc:
+            engine.abort(request_id)
+            raise _engine_errors(exc) from exc
+        except BaseException:
+            engine.abort(request_id)
+            raise
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+            payload = {"id": request_id, "object": "chat.completion.chunk", "created": created,
+                       "model": chat.model,
+                       "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                    "finish_reason": finish_reason}]}
+            if chat.include_usage:
+                payload["usage"] = None
+            return _sse(payload)
+
+        finished = first.finished
+
+        async def events() -> AsyncIterator[str]:
+            nonlocal finished
+            yield chunk({"role": "assistant", "content": ""})
+            delta = first
+            try:
+                while True:
+                    if delta.text:
+                        yield chunk({"content": delta.text})
+                    if delta.finished:
+                        break
+                    delta = await anext(deltas)
+                    finished = delta.finished
+                yield chunk({}, _finish_reason(delta))
+                if chat.include_usage:
+                    yield _sse({"id": request_id, "object": "chat.completion.chunk",
+                                "created": created, "model": chat.model, "choices": [],
+                                "usage": _usage(delta)})
+            except OpenAIError as exc:
+                yield _sse(exc.body())
+            except (EngineOverloaded, ValueError, RuntimeError) as exc:
+                log.exception("engine failed mid-stream for %s", request_id)
+                yield _sse(OpenAIError(500, f"Engine error: {exc}", type="server_error",
+                                       code="engine_error").body())
+            yield _sse("[DONE]")
+
+        def release() -> None:  # however the response ended, never leave the slot held
+            if not finished:
+                engine.abort(request_id)
+
+        return _SlotReleasingStream(events(), on_close=release)
+
+    return router
