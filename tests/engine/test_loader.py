@@ -1,0 +1,98 @@
+"""Loader errors name the file and the tensor; ids come from the checkpoint's own files."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.config import ModelConfig
+from engine.loader import load_checkpoint, read_config
+from engine.testing import make_random_checkpoint
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    return make_random_checkpoint(tmp_path / "m", family="sdar")
+
+
+def test_ids_come_from_checkpoint_files(ckpt):
+    cfg, tok = read_config(ckpt)
+    assert cfg.mask_token_id == tok.token_id("<|mask|>")
+    assert tok.token_id("<|im_end|>") in cfg.eos_token_ids
+    # generation_config.json adds stop ids
+    (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 1]}))
+    cfg2, _ = read_config(ckpt)
+    assert {0, 1} <= set(cfg2.eos_token_ids)
+    # without mask_token_id in config.json the tokenizer's mask token is used
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw.pop("mask_token_id")
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    assert read_config(ckpt)[0].mask_token_id == tok.token_id("<|mask|>")
+
+
+def test_unknown_architecture(ckpt):
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw.update(architectures=["GPT2LMHeadModel"], model_type="gpt2")
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match=r"config\.json: unknown architecture"):
+        load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "model.safetensors"])
+def test_missing_file_is_named(ckpt, name):
+    (ckpt / name).unlink()
+    with pytest.raises(FileNotFoundError, match=name.replace(".", r"\.")):
+        load_checkpoint(ckpt)
+
+
+def test_missing_tensor_is_named(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    del tensors["model.layers.1.self_attn.k_norm.weight"]
+    save_file(tensors, str(ckpt / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"missing tensor 'model\.layers\.1\.self_attn\.k_norm"):
+        load_checkpoint(ckpt)
+
+
+def test_shape_mismatch_names_file_and_tensor(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["model.layers.0.mlp.up_proj.weight"] = torch.zeros(3, 3)
+    save_file(tensors, str(ckpt / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model\.safetensors: tensor "
+                                         r"'model\.layers\.0\.mlp\.up_proj\.weight' has shape"):
+        load_checkpoint(ckpt)
+
+
+def test_unexpected_tensor_is_named(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(64)  # SDAR has no QKV bias
+    save_file(tensors, str(ckpt / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"unexpected tensors .*q_proj\.bias"):
+        load_checkpoint(ckpt)
+
+
+def test_sharded_index_pointing_to_missing_shard(tmp_path):
+    path = make_random_checkpoint(tmp_path / "s", family="sdar", shard_size=5)
+    victim = sorted(path.glob("model-*.safetensors"))[1]
+    victim.unlink()
+    with pytest.raises(FileNotFoundError, match=victim.name):
+        load_checkpoint(path)
+
+
+def test_config_roundtrip_every_family():
+    for family in ("sdar", "fast_dllm_v2", "dream", "llada"):
+        cfg = ModelConfig(family=family, vocab_size=50, hidden_size=32, num_layers=2,
+                          num_heads=4, num_kv_heads=4 if family == "llada" else 2, head_dim=8,
+                          intermediate_size=64, block_size=4 if family in ("sdar",
+                                                                           "fast_dllm_v2") else 0,
+                          mask_token_id=7, eos_token_ids=(3,))
+        assert ModelConfig.from_hf(cfg.to_hf()) == cfg
+
+
+def test_config_validation_names_field():
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        ModelConfig(family="sdar", vocab_size=10, hidden_size=8, num_layers=1, num_heads=3,
+                    num_kv_heads=2, head_dim=8, intermediate_size=8, block_size=4)
+    with pytest.raises(ValueError, match="block_size"):
+        ModelConfig(family="sdar", vocab_size=10, hidden_size=8, num_layers=1, num_heads=2,
+                    num_kv_heads=2, head_dim=8, intermediate_size=8)
