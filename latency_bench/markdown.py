@@ -70,7 +70,7 @@ def _stage_table(stages: Mapping[str, Mapping[str, Any]], names: Sequence[str]) 
     return rows
 
 
-def _sweep_table(report: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+def sweep_table(report: Mapping[str, Any], names: Sequence[str]) -> list[str]:
     rows = ["| concurrency | turns | errors | timeouts | "
             + " | ".join(f"{n} p50 / p99" for n in names) + " |",
             "|---:|---:|---:|---:|" + "---:|" * len(names)]
@@ -95,7 +95,7 @@ def render_markdown(report: Mapping[str, Any],
         lines.append("")
         lines += [f"- `{n}`: {STAGE_DESCRIPTIONS[n]}" for n in described]
         lines.append("")
-    lines += ["## p50 / p99 versus concurrency", ""] + _sweep_table(report, names) + [""]
+    lines += ["## p50 / p99 versus concurrency", ""] + sweep_table(report, names) + [""]
     if report.get("notes"):
         lines += [str(report["notes"]).strip(), ""]
     if report.get("analysis"):

@@ -1,0 +1,212 @@
+"""`diffvoice bench {voice,engine,render}`: latency benchmarks that write report files.
+
+Contract (the CLI registry in engine/cli.py maps "bench" to this module):
+- `add_arguments(parser)` adds the sub-subcommands:
+    voice   the end-to-end voice benchmark (flags 1:1 with latency_bench.config.BenchConfig);
+            without --url it starts `diffvoice serve` on a free loopback port itself
+    engine  delegated to latency_bench.engine_bench (add_arguments / run), same report format
+    render  re-write the .md/.png/.html of an existing report JSON (e.g. after adding --notes)
+- `run(args) -> int`: 0 on success; 1 if nothing could be measured; 2 for bad arguments.
+Outputs go next to --out (see latency_bench.outputs). Progress goes to stderr (tqdm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import secrets
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from latency_bench.config import PROTOCOLS, BenchConfig
+
+_HELP = {
+    "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
+           "webhook http(s)://HOST/telephony/twilio/voice or a Media Streams ws(s):// URL. "
+           "Default: start `diffvoice serve` on a free loopback port for the run",
+    "protocol": "browser wire protocol or Twilio Media Streams (only voice_to_voice_ms is "
+                "measurable over Twilio)",
+    "concurrency": "comma-separated numbers of concurrent sessions to sweep, e.g. 1,2,4,8",
+    "turns": "turns (prompts) per session, at least",
+    "min_turns": "turns per concurrency level, at least (sessions speak more turns at low "
+                 "concurrency so every level has enough samples)",
+    "audio": "directory of your own .wav/.flac prompts (NAME.txt beside one = its transcript) "
+             "instead of the espeak-ng corpus",
+    "voices": "comma-separated espeak-ng voices for the generated corpus",
+    "speeds": "comma-separated espeak-ng speeds (words per minute)",
+    "corpus_cache": "where the generated prompt WAVs are cached",
+    "stop_secs": "override the server's stop_secs per session (browser protocol)",
+    "turn_timeout_s": "a turn not answered this many seconds after the end of speech counts "
+                      "as a timeout",
+    "pause_s": "silence between hearing an answer and the next prompt",
+    "stagger_s": "sessions start at random offsets in [0, this) seconds",
+    "connect_timeout_s": "seconds to connect and get session.started",
+    "energy_threshold_db": "bot audio louder than this (dBFS RMS over 10 ms) counts as heard",
+    "bot_quiet_s": "twilio: the answer is over after this much heard silence",
+    "twilio_auth_token": "sign the Twilio webhook POST with this token",
+    "seed": "random seed for prompt order and start offsets",
+    "out": "report JSON path; .md, -cdf.png, -concurrency.png and .html are written beside it",
+    "notes": "file with a paragraph to print under the summary table",
+    "server_args": "extra flags for the spawned `diffvoice serve`, e.g. \"--asr pocketsphinx\"",
+    "server_start_timeout_s": "seconds to wait for the spawned server's /healthz",
+    "progress": "show a progress bar on stderr",
+}
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers: {text!r}") from exc
+
+
+def _str_list(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _add_voice_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = BenchConfig()
+    types = {"concurrency": _int_list, "speeds": _int_list, "voices": _str_list}
+    for f in dataclasses.fields(BenchConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        if f.name == "progress":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                help=_HELP[f.name])
+            continue
+        if f.name == "twilio_auth_token":
+            default = os.environ.get("TWILIO_AUTH_TOKEN")
+        kind = types.get(f.name) or (type(default) if default is not None and f.name != "url"
+                                     else str)
+        if f.name in ("stop_secs",):
+            kind = float
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        if f.name == "twilio_auth_token":
+            shown = "env TWILIO_AUTH_TOKEN"
+        parser.add_argument(flag, type=kind, default=default,
+                            choices=PROTOCOLS if f.name == "protocol" else None,
+                            help=f"{_HELP[f.name]} (default: {shown})")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench_command", required=True,
+                                metavar="{voice,engine,render}")
+    voice = sub.add_parser("voice", help="end-to-end voice latency through a real server",
+                           description="Simulated callers speak espeak-ng prompts in real time; "
+                           "per-stage latency percentiles over a concurrency sweep.")
+    _add_voice_arguments(voice)
+    engine = sub.add_parser("engine", help="diffusion engine latency/throughput (same report "
+                                           "format)")
+    try:
+        from latency_bench import engine_bench
+    except ImportError:
+        engine.set_defaults(engine_missing=True)
+    else:
+        engine_bench.add_arguments(engine)
+    render = sub.add_parser("render", help="re-write .md/.png/.html from a report JSON")
+    render.add_argument("report", type=Path, help="report JSON (schema diffvoice.latency/1)")
+    render.add_argument("--notes", type=Path, default=None,
+                        help="file with a paragraph to store as the report's notes first")
+
+
+def _command_line() -> str | None:
+    argv = sys.argv[1:]
+    return shlex.join(["diffvoice", *argv]) if argv[:1] == ["bench"] else None
+
+
+def _run_voice(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from latency_bench.corpus import CorpusError, default_corpus, load_audio_dir
+    from latency_bench.load import make_report, run_sweep, total_turns
+    from latency_bench.markdown import sweep_table
+    from latency_bench.outputs import write_outputs
+    from latency_bench.server_proc import LocalServer, ServerStartError
+
+    names = [f.name for f in dataclasses.fields(BenchConfig)]
+    try:
+        config = BenchConfig(**{name: getattr(args, name) for name in names})
+        notes = Path(config.notes).read_text(encoding="utf-8").strip() if config.notes else None
+        if config.audio:
+            prompts = load_audio_dir(Path(config.audio))
+            corpus: dict[str, Any] = {"source": str(config.audio), "prompts": len(prompts)}
+        else:
+            prompts = default_corpus(Path(config.corpus_cache).expanduser(), config.voices,
+                                     config.speeds)
+            corpus = {"source": "espeak-ng receptionist questions", "prompts": len(prompts),
+                      "voices": list(config.voices), "speeds": list(config.speeds)}
+    except (ValueError, OSError, CorpusError) as exc:
+        print(f"diffvoice bench voice: {exc}", file=sys.stderr)
+        return 2
+
+    async def sweep(url: str) -> list:
+        with tqdm(total=total_turns(config), unit="turn", disable=not config.progress,
+                  desc="bench voice", file=sys.stderr) as bar:
+            return await run_sweep(config, url, prompts, bar)
+
+    try:
+        if config.url is not None:
+            url = config.url
+            levels = asyncio.run(sweep(url))
+        else:
+            extra, env = config.server_args, {}
+            if config.protocol == "twilio":
+                token = config.twilio_auth_token or secrets.token_hex(16)
+                config = dataclasses.replace(config, twilio_auth_token=token)
+                env = {"TWILIO_AUTH_TOKEN": token}
+            server = LocalServer(extra, config.server_start_timeout_s, env)
+            if config.protocol == "twilio":   # webhook signatures cover the URL we POST to
+                server.extra_args += ["--public-url", server.base_url]
+            with server:
+                url = (server.ws_url("/ws") if config.protocol == "browser"
+                       else server.base_url + "/telephony/twilio/voice")
+                levels = asyncio.run(sweep(url))
+    except ServerStartError as exc:
+        print(f"diffvoice bench voice: {exc}", file=sys.stderr)
+        return 1
+    report = make_report(config, levels, url=url, corpus=corpus, command=_command_line(),
+                         notes=notes)
+    written = write_outputs(report, config.out)
+    print("\n".join(sweep_table(report, ["voice_to_voice_ms", "server_ms"])))
+    for line in report.get("analysis", []):
+        print("-", line)
+    print("wrote " + ", ".join(str(p) for p in written.values()))
+    measured = sum(1 for lv in levels for t in lv.turns if t.status == "ok")
+    if measured == 0:
+        print("diffvoice bench voice: no turn was measured (see errors in the report)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_render(args: argparse.Namespace) -> int:
+    from latency_bench.outputs import write_outputs
+    from latency_bench.report import load_report
+
+    try:
+        report = load_report(args.report)
+        if args.notes is not None:
+            report["notes"] = args.notes.read_text(encoding="utf-8").strip()
+        written = write_outputs(report, args.report)
+    except (ValueError, OSError) as exc:
+        print(f"diffvoice bench render: {exc}", file=sys.stderr)
+        return 2
+    print("wrote " + ", ".join(str(p) for p in written.values()))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench_command == "voice":
+        return _run_voice(args)
+    if args.bench_command == "render":
+        return _run_render(args)
+    if getattr(args, "engine_missing", False):
+        print("diffvoice bench engine: latency_bench.engine_bench is not installed",
+              file=sys.stderr)
+        return 2
+    from latency_bench import engine_bench
+    return engine_bench.run(args)

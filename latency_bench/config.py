@@ -1,0 +1,93 @@
+"""`BenchConfig`: every setting of `diffvoice bench voice`, validated once.
+
+Contract: a frozen dataclass whose fields map 1:1 onto the CLI flags (kebab-case; see
+latency_bench/cli.py). `__post_init__` raises ValueError naming the field for any bad value.
+Derived helpers: `turns_per_session(level)` (enough turns per level for a usable p99) and
+`shared_clock` (the server runs on this machine, so its epoch timestamps share our clock).
+Knows nothing about sockets or audio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+PROTOCOLS = ("browser", "twilio")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str | None = None                  # None: start `diffvoice serve` on a free port
+    protocol: str = "browser"
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)
+    turns: int = 3                          # turns per session (at least)
+    min_turns: int = 16                     # turns per concurrency level (at least)
+    audio: str | None = None                # directory of the user's WAV/FLAC prompts
+    voices: tuple[str, ...] = ("en-us", "en-us+f3", "en-gb+m3", "en-us+f2")
+    speeds: tuple[int, ...] = (150, 175, 200)
+    corpus_cache: str = "~/.cache/diffvoice/bench-corpus"
+    stop_secs: float | None = None          # per-session override (browser protocol)
+    turn_timeout_s: float = 60.0
+    pause_s: float = 0.5                    # silence after hearing the answer, before next prompt
+    stagger_s: float = 2.0                  # sessions start at random offsets in [0, stagger_s)
+    connect_timeout_s: float = 30.0
+    energy_threshold_db: float = -45.0      # bot audio above this (dBFS, 10 ms RMS) is "heard"
+    bot_quiet_s: float = 1.5                # twilio: answer over after this much heard silence
+    twilio_auth_token: str | None = None    # signs the webhook POST (env TWILIO_AUTH_TOKEN)
+    seed: int = 0
+    out: str = "latency-report.json"
+    notes: str | None = None                # file with a paragraph to print under the table
+    server_args: str = ""                   # extra flags for the spawned `diffvoice serve`
+    server_start_timeout_s: float = 600.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            allowed = ("ws", "wss") if self.protocol == "browser" else ("ws", "wss", "http",
+                                                                        "https")
+            if parts.scheme not in allowed or not parts.netloc:
+                raise ValueError(f"url must be {'/'.join(allowed)}://host[:port]/path for the "
+                                 f"{self.protocol} protocol, got {self.url!r}")
+        if not self.concurrency or any(not isinstance(c, int) or c < 1
+                                       for c in self.concurrency):
+            raise ValueError(f"concurrency must be integers >= 1, got {self.concurrency!r}")
+        if len(set(self.concurrency)) != len(self.concurrency):
+            raise ValueError(f"concurrency levels must be distinct, got {self.concurrency!r}")
+        for name in ("turns", "min_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("turn_timeout_s", "connect_timeout_s", "bot_quiet_s",
+                     "server_start_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("pause_s", "stagger_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.stop_secs is not None and not 0.05 <= self.stop_secs <= 5.0:
+            raise ValueError(f"stop_secs must be in [0.05, 5.0], got {self.stop_secs}")
+        if self.stop_secs is not None and self.protocol == "twilio":
+            raise ValueError("stop_secs can only be overridden per session over the browser "
+                             "protocol; start the server with --stop-secs instead")
+        if not -90.0 <= self.energy_threshold_db <= 0.0:
+            raise ValueError(f"energy_threshold_db must be in [-90, 0], got "
+                             f"{self.energy_threshold_db}")
+        if not self.voices or not self.speeds:
+            raise ValueError("voices and speeds must be non-empty")
+        if not self.out.endswith(".json"):
+            raise ValueError(f"out must name a .json file, got {self.out!r}")
+
+    @property
+    def shared_clock(self) -> bool:
+        """True when the server is on this machine (no --url, or a loopback --url)."""
+        if self.url is None:
+            return True
+        host = urlsplit(self.url).hostname or ""
+        return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+    def turns_per_session(self, level: int) -> int:
+        return max(self.turns, math.ceil(self.min_turns / level))

@@ -1,0 +1,147 @@
+"""The load generator: N concurrent simulated callers per level, a sweep over levels, a report.
+
+Contract:
+- `await run_level(config, url, prompts, level, rng, progress)` runs `level` sessions at once
+  (browser or Twilio protocol per `config.protocol`), each starting at a random offset in
+  [0, stagger_s) and speaking `config.turns_per_session(level)` prompts drawn from `prompts`
+  (shuffled per session by `rng`, so a seed reproduces the plan). It returns a `LevelResult`:
+  every attempted turn (ok, error or timeout — none dropped), the wall time and what the
+  server announced in `session.started`.
+- `await run_sweep(config, url, prompts, progress)` runs the levels in ascending order and
+  returns `(points, levels)`; `make_report(config, levels, ...)` turns them into a report
+  (schema diffvoice.latency/1) with per-turn records under `turns`, machine and versions in
+  `config`, and the tail findings of latency_bench.analysis.
+Knows nothing about the CLI, about starting servers or about output files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from latency_bench.analysis import tail_findings
+from latency_bench.browser_client import run_browser_session
+from latency_bench.config import BenchConfig
+from latency_bench.corpus import Prompt
+from latency_bench.machine import git_revision, machine_info, package_versions
+from latency_bench.report import VOICE_STAGES, SweepPoint, build_report
+from latency_bench.turns import TurnResult
+from latency_bench.twilio_client import run_twilio_session
+
+
+@dataclass
+class LevelResult:
+    level: int
+    turns: list[TurnResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    sessions: list[dict[str, Any]] = field(default_factory=list)   # session.started / call info
+
+    def point(self, shared_clock: bool) -> SweepPoint:
+        samples: dict[str, list[float]] = {name: [] for name in VOICE_STAGES}
+        for turn in self.turns:
+            for name, value in turn.stages(shared_clock).items():
+                samples.setdefault(name, []).append(value)
+        statuses = Counter(t.status for t in self.turns)
+        messages = Counter(t.message for t in self.turns if t.status != "ok" and t.message)
+        return SweepPoint(
+            concurrency=self.level, samples=samples, turns=len(self.turns),
+            errors=statuses["error"], timeouts=statuses["timeout"], wall_s=round(self.wall_s, 2),
+            error_messages=[f"{n}x {m}" for m, n in messages.most_common()])
+
+
+def plan_sessions(prompts: Sequence[Prompt], level: int, turns: int,
+                  rng: random.Random) -> list[list[Prompt]]:
+    """Prompts per session: each session walks its own shuffled copy of the corpus."""
+    if not prompts:
+        raise ValueError("no prompts to speak")
+    plans = []
+    for _ in range(level):
+        order = list(prompts)
+        rng.shuffle(order)
+        plans.append([order[i % len(order)] for i in range(turns)])
+    return plans
+
+
+async def run_level(config: BenchConfig, url: str, prompts: Sequence[Prompt], level: int,
+                    rng: random.Random, progress: Any = None) -> LevelResult:
+    result = LevelResult(level=level)
+    plans = plan_sessions(prompts, level, config.turns_per_session(level), rng)
+    delays = [0.0] + [rng.uniform(0.0, config.stagger_s) for _ in range(level - 1)]
+    run_session = run_browser_session if config.protocol == "browser" else run_twilio_session
+    failures = 0
+
+    def on_turn(turn: TurnResult) -> None:
+        nonlocal failures
+        result.turns.append(turn)
+        failures += turn.status != "ok"
+        if progress is not None:
+            progress.set_postfix(sessions=level, failed=failures, refresh=False)
+            progress.update(1)
+
+    async def one(session: int) -> dict[str, Any] | None:
+        await asyncio.sleep(delays[session])
+        return await run_session(config, url, session, plans[session], level, on_turn)
+
+    started = time.monotonic()
+    infos = await asyncio.gather(*(one(s) for s in range(level)))
+    result.wall_s = time.monotonic() - started
+    result.sessions = [info for info in infos if info]
+    result.turns.sort(key=lambda t: (t.session, t.turn))
+    return result
+
+
+async def run_sweep(config: BenchConfig, url: str, prompts: Sequence[Prompt],
+                    progress: Any = None) -> list[LevelResult]:
+    rng = random.Random(config.seed)
+    levels = []
+    for level in sorted(config.concurrency):
+        levels.append(await run_level(config, url, prompts, level, rng, progress))
+    return levels
+
+
+def total_turns(config: BenchConfig) -> int:
+    return sum(level * config.turns_per_session(level) for level in config.concurrency)
+
+
+def make_report(config: BenchConfig, levels: Sequence[LevelResult], *, url: str,
+                corpus: dict[str, Any], command: str | None = None,
+                server: dict[str, Any] | None = None, notes: str | None = None
+                ) -> dict[str, Any]:
+    """The report dict: sweep summaries, per-turn records, where and what was measured."""
+    shared = config.shared_clock
+    announced = next((s for lv in levels for s in lv.sessions if "model" in s), {})
+    server = {**announced, **(server or {})}
+    report_config = {
+        "protocol": config.protocol,
+        "url": url,
+        "model": server.get("model"),
+        "asr": server.get("asr"),
+        "tts": server.get("tts"),
+        "stop_secs": config.stop_secs if config.stop_secs is not None
+        else server.get("stop_secs"),
+        "corpus": corpus,
+        "turns_per_session": {str(lv.level): config.turns_per_session(lv.level)
+                              for lv in levels},
+        "clock": "shared (server on this machine: endpointing from the true end of speech)"
+        if shared else "separate (endpointing as estimated by the server)",
+        "command": command,
+        "machine": machine_info(),
+        "versions": {**package_versions(), "git": git_revision()},
+        "bench": {k: v for k, v in asdict(config).items()
+                  if k not in ("twilio_auth_token", "out", "notes", "progress")},
+        "output_sample_rate": server.get("output_sample_rate"),
+        "server_warnings": server.get("warnings") or [],
+    }
+    if config.protocol == "twilio":
+        report_config["measured_stages"] = ["voice_to_voice_ms"]
+    per_level = {lv.level: [t.stages(shared) for t in lv.turns] for lv in levels}
+    report = build_report(kind="voice", config=report_config,
+                          points=[lv.point(shared) for lv in levels], stages=VOICE_STAGES,
+                          analysis=tail_findings(per_level), notes=notes)
+    report["turns"] = [t.to_dict(shared) for lv in levels for t in lv.turns]
+    return report

@@ -1,0 +1,105 @@
+"""Start `diffvoice serve` on a free loopback port for a benchmark run, and stop it after.
+
+Contract: `with LocalServer(extra_args, start_timeout_s, env) as server:` runs
+`python -c "from engine.cli import main; ..." serve --host 127.0.0.1 --port P <extra_args>` in
+its own process (so server and load client do not share a GIL or an event loop), waits until
+GET /healthz answers 200, and exposes `server.base_url` ("http://127.0.0.1:P"),
+`server.ws_url(path)` and `server.log_path`. If the process exits or does not become healthy
+in time, `ServerStartError` carries the tail of its log. On exit the process gets SIGTERM,
+then SIGKILL after 20 s; the log file is kept only if the run failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_LAUNCH = "import sys; from engine.cli import main; sys.exit(main())"
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalServer:
+    def __init__(self, extra_args: str | Sequence[str] = (), start_timeout_s: float = 600.0,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.extra_args = shlex.split(extra_args) if isinstance(extra_args, str) else list(
+            extra_args)
+        self.start_timeout_s = start_timeout_s
+        self.env = dict(env or {})
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self._failed = False
+
+    def ws_url(self, path: str) -> str:
+        return f"ws://127.0.0.1:{self.port}{path}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> LocalServer:
+        handle, name = tempfile.mkstemp(prefix="diffvoice-bench-server-", suffix=".log")
+        self.log_path = Path(name)
+        command = [sys.executable, "-c", _LAUNCH, "serve", "--host", "127.0.0.1",
+                   "--port", str(self.port), *self.extra_args]
+        with os.fdopen(handle, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, **self.env})
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self._failed = True
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise ServerStartError(f"`diffvoice serve` exited with {self.process.returncode}"
+                                       f" before it was healthy; log {self.log_path}:\n"
+                                       f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/healthz", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise ServerStartError(f"`diffvoice serve` not healthy after {self.start_timeout_s:.0f}"
+                               f" s; log {self.log_path}:\n{self.log_tail()}")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if exc_type is not None:
+            self._failed = True
+        if not self._failed and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
