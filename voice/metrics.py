@@ -25,8 +25,11 @@ without the `_ms` suffix):
     diffvoice_engine_running_requests         gauge  (engine.stats()["running"])
     diffvoice_engine_queue_depth              gauge  (engine.stats()["queued"])
     diffvoice_engine_batch_size               gauge  (engine.stats()["last_batch_size"])
+    diffvoice_engine_max_running              gauge  (engine.stats()["max_running"])
+    diffvoice_engine_passes_total             counter (engine.stats()["passes"])
     diffvoice_engine_steps_total              counter (engine.stats()["steps"])
     diffvoice_engine_up                       gauge: 1 if the last stats() call worked, else 0
+    (an engine field missing from stats() is simply not exported)
 
 A record is the per-turn dict of the latency contract: `<stage>_ms` fields in milliseconds
 (missing or None fields are simply not observed). This module knows nothing about pipecat,
@@ -64,6 +67,10 @@ _ENGINE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("queued", "diffvoice_engine_queue_depth", "Requests waiting for an engine slot", "gauge"),
     ("last_batch_size", "diffvoice_engine_batch_size", "Rows in the engine's last decoding step",
      "gauge"),
+    ("max_running", "diffvoice_engine_max_running", "Engine slots (requests decoded at once)",
+     "gauge"),
+    ("passes", "diffvoice_engine_passes", "Denoising forward passes the engine has run",
+     "counter"),
     ("steps", "diffvoice_engine_steps", "Decoding steps the engine has run", "counter"),
 )
 

@@ -60,8 +60,8 @@ def test_histograms_match_observed_records():
 
 def test_sessions_errors_and_engine_gauges():
     metrics = VoiceMetrics()
-    engine = _StatsOnly({"running": 3, "queued": 2, "last_batch_size": 3, "steps": 117,
-                         "model": "x"})
+    engine = _StatsOnly({"running": 3, "queued": 2, "last_batch_size": 3, "passes": 117,
+                         "max_running": 8, "model": "x", "device": "cpu"})
     metrics.bind_engine(engine)
     for _ in range(3):
         metrics.session_opened()
@@ -75,8 +75,10 @@ def test_sessions_errors_and_engine_gauges():
     assert samples[("diffvoice_engine_running_requests", ())] == 3
     assert samples[("diffvoice_engine_queue_depth", ())] == 2
     assert samples[("diffvoice_engine_batch_size", ())] == 3
-    assert samples[("diffvoice_engine_steps_total", ())] == 117
-    engine._stats = {"running": 0, "queued": 0, "last_batch_size": 1, "steps": 120}
+    assert samples[("diffvoice_engine_passes_total", ())] == 117
+    assert samples[("diffvoice_engine_max_running", ())] == 8
+    assert ("diffvoice_engine_steps_total", ()) not in samples     # not in this engine's stats
+    engine._stats = {"running": 0, "queued": 0, "last_batch_size": 1, "passes": 120}
     assert _scrape(metrics)[("diffvoice_engine_queue_depth", ())] == 0   # read at scrape time
     engine._stats = RuntimeError("engine thread died")
     samples = _scrape(metrics)                   # the scrape still works, and says so
