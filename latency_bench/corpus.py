@@ -32,21 +32,23 @@ import soxr
 SAMPLE_RATE = 16000
 WINDOW_S = 0.010
 
-# Questions a caller asks a small-business receptionist (the embedded model's domain). Short,
-# without long internal pauses, so one prompt is one user turn at the default stop_secs.
+# Questions a caller asks a small clinic's receptionist: the domain of the embedded model
+# (models/receptionist-tiny, trained on engine/train's dental-clinic fact sheet), phrased the way
+# people say them. Short and without long internal pauses, so that one prompt is one user turn
+# at the default stop_secs.
 RECEPTIONIST_PROMPTS: tuple[str, ...] = (
-    "Hi, what time do you open tomorrow?",
-    "Can I book an appointment for Friday afternoon?",
-    "Do you have any free slots next Monday morning?",
-    "Where exactly are you located?",
-    "Is there parking near your office?",
-    "How much does a first consultation cost?",
-    "I need to cancel my appointment on Thursday.",
-    "Are you open on Saturdays?",
-    "Can I speak to someone about my bill?",
-    "Do you take walk-ins or only appointments?",
-    "What is your phone number for urgent questions?",
-    "Could you move my booking to next week?",
+    "When are you open on Saturday?",
+    "What are your opening hours for Thursday?",
+    "Where exactly is the office located?",
+    "How much does a cleaning cost?",
+    "Can I book a checkup for Friday afternoon?",
+    "What is your phone number?",
+    "Are you open on Sunday?",
+    "I need to cancel my appointment.",
+    "Do you take new patients?",
+    "What services do you offer?",
+    "Is there parking near the clinic?",
+    "Tell me your hours please.",
 )
 DEFAULT_VOICES: tuple[str, ...] = ("en-us", "en-us+f3", "en-gb+m3", "en-us+f2")
 DEFAULT_SPEEDS: tuple[int, ...] = (150, 175, 200)
