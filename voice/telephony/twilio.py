@@ -56,6 +56,8 @@ from voice.telephony.playout import PlayoutTracker
 
 logger = logging.getLogger(__name__)
 
+CLOSE_TRY_AGAIN_LATER = 1013
+
 SIGNATURE_HEADER = "X-Twilio-Signature"
 STATUS_FIELDS = (
     "CallSid", "CallStatus", "CallDuration", "Direction", "Timestamp", "SequenceNumber",
@@ -67,6 +69,20 @@ _PLAYOUT_FIELDS = (
     "first_audio_heard_t", "playout_ms", "heard_ms", "playout", "call_sid", "stream_sid",
 )  # fmt: skip
 _log_lock = threading.Lock()
+
+
+def _log_writer(state, path: str | None) -> Callable[[dict], None]:
+    """Writes to the server's shared LatencyLog when it is the same file, else appends."""
+    shared = getattr(state, "latency_log", None)
+    if path and shared is not None and str(getattr(shared, "path", "")) == str(path):
+        return shared.write
+    return lambda record: append_jsonl(path, record)
+
+
+def _at_capacity(state) -> bool:
+    limit = getattr(state.config, "max_sessions", None)
+    active = getattr(state, "active_sessions", None)
+    return limit is not None and active is not None and len(active) >= limit
 
 
 def append_jsonl(path: str | None, record: dict) -> None:
@@ -171,6 +187,7 @@ def make_router(
     calls = calls if calls is not None else ActiveCalls()
     router = APIRouter()
     router.calls = calls  # type: ignore[attr-defined]  # for the server's /healthz and tests
+    status_log = _log_writer(state, cfg.status_callback_log)
 
     @router.post(VOICE_PATH)
     async def voice_webhook(request: Request) -> Response:
@@ -181,6 +198,10 @@ def make_router(
         call_sid = fields.get("CallSid", "")
         if not call_sid:
             return PlainTextResponse("missing CallSid", status_code=400)
+        if _at_capacity(state):
+            logger.warning("twilio %s: refused, server at max_sessions", call_sid)
+            body = twiml.say_and_hang_up("Sorry, all our lines are busy. Please call again later.")
+            return Response(body, media_type="application/xml")
         stream_params = {
             "CallSid": call_sid,
             "From": fields.get("From", ""),
@@ -203,7 +224,7 @@ def make_router(
         fields = dict(params)
         event = {"type": "twilio.status", "t": time.time()}
         event.update({k: fields[k] for k in STATUS_FIELDS if k in fields})
-        append_jsonl(cfg.status_callback_log, event)
+        status_log(event)
         return Response(status_code=204)
 
     @router.websocket(STREAM_PATH)
@@ -224,13 +245,17 @@ def make_router(
             logger.warning("twilio %s: closing stream: bad or missing token", start.call_sid)
             await ws.close(code=CLOSE_POLICY, reason="stream token missing or invalid")
             return
-        await _run_call(state, cfg, calls, ws, start, build_pipeline)
+        if _at_capacity(state):
+            logger.warning("twilio %s: closing stream: server at max_sessions", start.call_sid)
+            await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason="server at capacity")
+            return
+        await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log)
 
     return router
 
 
 async def _run_call(
-    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline
+    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log
 ) -> None:
     from pipecat.pipeline.runner import WorkerRunner
 
@@ -240,9 +265,14 @@ async def _run_call(
     call = Call(start.call_sid, start.stream_sid, f"twilio-{uuid.uuid4().hex[:12]}", time.time())
     extra = {"transport": "twilio", "call_sid": call.call_sid, "stream_sid": call.stream_sid}
 
+    latency_log = _log_writer(state, cfg.latency_log)
+
     def emit(record: dict) -> None:
         playout = {k: record.get(k) for k in _PLAYOUT_FIELDS}
-        append_jsonl(cfg.latency_log, {"type": "telephony.playout", **playout})
+        try:
+            latency_log({"type": "telephony.playout", **playout})
+        except Exception as e:  # a full disk must not end the call
+            logger.warning("twilio %s: playout log write failed: %r", call.call_sid, e)
 
     tracker = PlayoutTracker(emit, wait_for_echo_s=cfg.wait_for_echo_s, extra_fields=extra)
     cancel_tasks: list[asyncio.Task] = []
@@ -278,9 +308,14 @@ async def _run_call(
         end_call("socket closed")
 
     calls.calls[call.call_sid] = call
+    sessions = getattr(state, "active_sessions", None)
+    metrics = getattr(state, "metrics", None)
+    if sessions is not None:
+        sessions.add(call.session_id)
+    if metrics is not None:
+        metrics.session_opened()
     logger.info("twilio %s: call started (%s)", call.call_sid, call.session_id)
-    append_jsonl(cfg.status_callback_log, {"type": "twilio.stream", "t": time.time(),
-                                           "event": "start", **extra})  # fmt: skip
+    status_log({"type": "twilio.stream", "t": time.time(), "event": "start", **extra})
     try:
         runner = WorkerRunner(handle_sigint=False)
         await runner.add_workers(worker)
@@ -290,10 +325,12 @@ async def _run_call(
             await asyncio.gather(task, return_exceptions=True)
         tracker.close(time.time())
         calls.calls.pop(call.call_sid, None)
+        if sessions is not None:
+            sessions.discard(call.session_id)
+        if metrics is not None:
+            metrics.session_closed()
         calls.finished += 1
         duration = round(time.time() - call.started_t, 3)
-        append_jsonl(cfg.status_callback_log, {"type": "twilio.stream", "t": time.time(),
-                                               "event": "end", "duration_s": duration,
-                                               "stopped_by_twilio": call.stopped_by_twilio,
-                                               **extra})  # fmt: skip
+        end = {"type": "twilio.stream", "t": time.time(), "event": "end", "duration_s": duration}
+        status_log({**end, "stopped_by_twilio": call.stopped_by_twilio, **extra})
         logger.info("twilio %s: call ended after %.1f s", call.call_sid, duration)

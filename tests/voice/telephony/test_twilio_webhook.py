@@ -128,3 +128,19 @@ def test_banner_prints_public_webhook_url():
     assert f"{PUBLIC}/telephony/twilio/voice" in banner
     assert "wss://agent.example.ngrok.app/telephony/twilio/stream" in banner
     assert "WARNING" not in banner
+
+
+def test_full_server_answers_busy_instead_of_streaming(live_server):
+    config = SimpleNamespace(
+        public_url=PUBLIC, twilio_auth_token=TOKEN, twilio_validate=True, max_sessions=1
+    )
+    state = SimpleNamespace(config=config, engine=None, active_sessions={"browser-1"})
+    app = FastAPI()
+    app.include_router(make_router(state))
+    sig = reference_signature(TOKEN, PUBLIC + "/telephony/twilio/voice", CALL)
+    with live_server(app) as (http, _ws):
+        status, body = post(http + "/telephony/twilio/voice", CALL, sig)
+    root = ET.fromstring(body)
+    assert status == 200
+    assert root.find("./Connect") is None
+    assert "busy" in root.find("./Say").text and root.find("./Hangup") is not None
