@@ -4,8 +4,8 @@ pipecat's default aggregator waits for a whole sentence (and for a character aft
 punctuation). A diffusion LLM commits text a block at a time, so that wait is often a whole extra
 block. This aggregator cuts after `,;:.!?` (and their full-width / dash cousins) when the next
 character is whitespace *or the punctuation ends the incoming chunk* (the engine only emits whole
-words, so a chunk never ends inside "3.50"), and after `max_chars` at the next space when the text
-has no punctuation at all.
+words, so a chunk never ends inside "3.50"), and after `max_chars` at the last space (or hard, for
+text without spaces) when there is no punctuation.
 
 Contract: `ClauseTextAggregator().aggregate(text)` yields `Aggregation(clause, TextType.SENTENCE)`
 for every complete clause, stripped; `flush()` returns the rest. Knows nothing about audio.
@@ -43,11 +43,14 @@ def split_clauses(buffer: str, *, chunk_end: bool, max_chars: int) -> tuple[list
                     start = i + 1
                     last_space = -1
                 continue
-        if i - start + 1 > max_chars and last_space > start:
-            piece = buffer[start:last_space].strip()
+        if i - start + 1 > max_chars:
+            # no punctuation for max_chars: cut at the last space, or hard-cut text without
+            # spaces (e.g. Chinese, Japanese)
+            cut = last_space if last_space > start else i + 1
+            piece = buffer[start:cut].strip()
             if piece:
                 clauses.append(piece)
-            start = last_space + 1
+            start = cut + 1 if cut == last_space else cut
             last_space = -1
     return clauses, buffer[start:]
 

@@ -86,16 +86,25 @@ class DiffusionLLMService(LLMService):
     ) -> None:
         from engine import SamplingParams  # deferred: importing engine pulls in torch
 
-        super().__init__(
-            settings=LLMSettings(model=getattr(engine, "model_name", "diffusion")), **kwargs
+        settings = LLMSettings(
+            model=getattr(engine, "model_name", "diffusion"),
+            system_instruction=system_prompt,
+            temperature=None,
+            max_tokens=max_new_tokens,
+            top_p=None,
+            top_k=None,
+            frequency_penalty=None,
+            presence_penalty=None,
+            seed=None,
+            filter_incomplete_user_turns=False,
+            user_turn_completion_config=None,
         )
+        super().__init__(settings=settings, **kwargs)
         self._engine = engine
         self._system_prompt = system_prompt
-        self._params = SamplingParams(
-            max_new_tokens=max_new_tokens,
-            steps_per_block=steps_per_block,
-            **(sampling_overrides or {}),
-        )
+        fields = {"max_new_tokens": max_new_tokens, "steps_per_block": steps_per_block}
+        fields.update(sampling_overrides or {})  # overrides win (tests, benchmarks)
+        self._params = SamplingParams(**fields)
         self._request_prefix = request_prefix
         self._on_request = on_request
         self._current_request_id: str | None = None

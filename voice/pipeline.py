@@ -30,3 +30,124 @@ into their own "clear" message).
 This module only wires processors together; it knows nothing about sockets or the wire
 protocol's encoding.
 """
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from loguru import logger
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADParams
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.user_stop import (
+    SpeechTimeoutUserTurnStopStrategy,
+    TurnAnalyzerUserTurnStopStrategy,
+)
+from pipecat.turns.user_turn_strategies import UserTurnStrategies, default_user_turn_start_strategies
+
+from voice import protocol
+from voice.frame_tap import FrameTap
+from voice.llm_service import DiffusionLLMService
+from voice.turn_tracker import TurnTracker
+
+OnLatency = Callable[[dict], None]
+OnEvent = Callable[[protocol.Event], Awaitable[None]]
+
+
+def _turn_strategies(smart_turn: bool) -> UserTurnStrategies:
+    if smart_turn:
+        from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+
+        stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    else:
+        # the VAD's stop_secs already is the silence window: end the turn as soon as the VAD
+        # stopped and the (finalized) transcript is in
+        stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.0)]
+    return UserTurnStrategies(start=default_user_turn_start_strategies(), stop=stop)
+
+
+def build_pipeline(
+    state,
+    transport: BaseTransport,
+    *,
+    session_id: str,
+    on_latency: OnLatency | None = None,
+    on_event: OnEvent | None = None,
+    stop_secs: float | None = None,
+    audio_in_sample_rate: int = 16000,
+    audio_out_sample_rate: int | None = None,
+) -> tuple[Pipeline, PipelineWorker]:
+    config = state.config
+    stop_secs = config.stop_secs if stop_secs is None else float(stop_secs)
+    out_rate = audio_out_sample_rate or state.tts.sample_rate
+
+    async def record_sink(record: dict) -> None:
+        if state.latency_log is not None:
+            try:
+                state.latency_log.write(record)
+            except Exception as e:  # a full disk must not end the call
+                logger.warning(f"latency log write failed: {e!r}")
+        state.metrics.observe_turn(record)
+        if on_latency is not None:
+            on_latency(record)
+
+    tracker = TurnTracker(
+        session_id=session_id, stop_secs=stop_secs, emit=on_event, record_sink=record_sink
+    )
+
+    stt = state.asr.make_service()
+    vad = SileroVADAnalyzer(params=VADParams(stop_secs=stop_secs))
+    context = LLMContext(messages=[])
+    aggregators = LLMContextAggregatorPair(
+        context,
+        user_params=LLMUserAggregatorParams(
+            vad_analyzer=vad, user_turn_strategies=_turn_strategies(config.smart_turn)
+        ),
+    )
+    llm = DiffusionLLMService(
+        state.engine,
+        system_prompt=config.system_prompt,
+        max_new_tokens=config.max_new_tokens,
+        steps_per_block=config.steps_per_block,
+        sampling_overrides=state.llm_overrides,
+        request_prefix=f"voice-{session_id}",
+    )
+    tts = state.tts.make_service()
+
+    pipeline = Pipeline(
+        [
+            transport.input(),
+            stt,
+            FrameTap("stt", tracker.on_frame),
+            aggregators.user(),
+            llm,
+            FrameTap("llm", tracker.on_frame),
+            tts,
+            FrameTap("tts", tracker.on_frame),
+            transport.output(),
+            FrameTap("out", tracker.on_frame),
+            aggregators.assistant(),
+        ]
+    )
+    worker = PipelineWorker(
+        pipeline,
+        params=PipelineParams(
+            audio_in_sample_rate=audio_in_sample_rate,
+            audio_out_sample_rate=out_rate,
+            enable_metrics=True,
+            enable_usage_metrics=True,
+        ),
+        idle_timeout_secs=None,
+        enable_rtvi=False,
+        name=f"voice-{session_id}",
+    )
+    worker.diffvoice_tracker = tracker  # for callers/tests: records, session close
+    worker.diffvoice_llm = llm
+    return pipeline, worker

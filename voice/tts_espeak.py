@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import unicodedata
 from collections.abc import AsyncGenerator
 
 from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
@@ -23,6 +24,16 @@ from voice.clause_aggregator import ClauseTextAggregator
 from voice.espeak import Espeak
 
 CHUNK_SECS = 0.2  # audio per TTSAudioRawFrame
+
+
+def speakable(text: str) -> str:
+    """Drop what a voice cannot say: control/format characters and U+FFFD (undecodable bytes)."""
+    kept = (
+        " " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
+        for c in text
+        if c != "\ufffd"
+    )
+    return " ".join("".join(kept).split())
 
 
 class EspeakTTSService(TTSService):
@@ -61,6 +72,9 @@ class EspeakTTSService(TTSService):
         await super()._handle_interruption(frame, direction)
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        text = speakable(text)
+        if not any(c.isalnum() for c in text):
+            return
         cancel = threading.Event()
         self._cancel_events.add(cancel)
         try:

@@ -1,0 +1,93 @@
+"""`AppState`: what every request handler of the voice server shares, built once at start-up.
+
+    state = AppState.create(config, engine)          # resolves ASR/TTS offline (may warn)
+    state.engine      # the one in-process diffusion Engine (all sessions batch through it)
+    state.config      # voice.config.ServeConfig
+    state.metrics     # voice.metrics.VoiceMetrics (Prometheus), bound to the engine
+    state.asr         # voice.asr.AsrBackend: .name, .warnings, .make_service() per session
+    state.tts         # voice.tts.TtsBackend: .name, .sample_rate, .warnings, .make_service()
+    state.warnings    # start-up warnings shown to every browser session
+    state.latency_log # JSON-lines writer or None
+    state.llm_overrides  # extra SamplingParams fields for voice answers (e.g. {"policy": ...})
+
+With `config.api_only` no ASR/TTS is loaded (asr/tts are None). Knows nothing about FastAPI.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice.config import ServeConfig
+from voice.metrics import VoiceMetrics
+
+
+class LatencyLog:
+    """Append-only JSON-lines file of latency records (thread-safe, one line per record)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def write(self, record: dict) -> None:
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+@dataclass
+class AppState:
+    config: ServeConfig
+    engine: Any
+    metrics: VoiceMetrics
+    asr: Any = None
+    tts: Any = None
+    warnings: list[str] = field(default_factory=list)
+    latency_log: LatencyLog | None = None
+    llm_overrides: dict[str, Any] = field(default_factory=dict)
+    active_sessions: set[str] = field(default_factory=set)
+    started_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def create(
+        cls,
+        config: ServeConfig,
+        engine: Any,
+        *,
+        metrics: VoiceMetrics | None = None,
+        asr: Any = None,
+        tts: Any = None,
+        llm_overrides: dict[str, Any] | None = None,
+    ) -> AppState:
+        metrics = metrics or VoiceMetrics()
+        if engine is not None:
+            metrics.bind_engine(engine)
+        if not config.api_only:
+            if asr is None:
+                from voice.asr import resolve_asr
+
+                asr = resolve_asr(config.asr, config.device)
+            if tts is None:
+                from voice.tts import resolve_tts
+
+                tts = resolve_tts(config.tts, config.tts_voice, config.tts_model_dir)
+        warnings = [*(getattr(asr, "warnings", None) or []), *(getattr(tts, "warnings", None) or [])]
+        return cls(
+            config=config,
+            engine=engine,
+            metrics=metrics,
+            asr=asr,
+            tts=tts,
+            warnings=warnings,
+            latency_log=LatencyLog(config.latency_log) if config.latency_log else None,
+            llm_overrides=dict(llm_overrides or {}),
+        )
+
+    @property
+    def model_name(self) -> str:
+        return str(getattr(self.engine, "model_name", None) or Path(self.config.model).name)
