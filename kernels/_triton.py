@@ -15,6 +15,7 @@ This module knows nothing about individual kernels.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -77,5 +78,11 @@ def can_interpret() -> bool:
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors on `device` (a small constant off-GPU, to keep grids tiny)."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _cuda_sms(index)
     return 1
+
+
+@functools.cache
+def _cuda_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count

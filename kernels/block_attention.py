@@ -211,15 +211,17 @@ def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, ne
     scale = dim ** -0.5 if scale is None else float(scale)
     block_d = max(16, triton.next_power_of_2(dim))
     rows = group * length
-    block_m = 64 if rows > 32 else max(16, triton.next_power_of_2(rows))
+    # All (group, query) rows of a kv head in one program when they fit in 128, so K/V is read
+    # once per kv head (batch 1: 6 heads x 16 queries = 96 rows); else tiles of 64.
+    block_m = max(16, triton.next_power_of_2(rows)) if rows <= 128 else 64
     block_n = 64 if block_d <= 128 else 32
     m_blocks = triton.cdiv(rows, block_m)
     programs = m_blocks * batch * hkv
     if num_splits is None:
         # Flash-decoding split when the grid is too small to fill the GPU; at most one split per
-        # 256 cache slots so every split has real work.
+        # 128 cache slots so every split has real work.
         want = triton.cdiv(2 * num_sms(q.device), programs)
-        num_splits = max(1, min(want, cap // 256))
+        num_splits = max(1, min(want, cap // 128))
     num_splits = max(1, int(num_splits))
     final = num_splits == 1
     n_flat = batch * hq * length
@@ -237,7 +239,8 @@ def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, ne
         hq, hkv, length, group, dim, scale * _LOG2E, int(block_size), num_splits, n_flat,
         CAUSAL=block_size > 0, FINAL=final, IEEE=q.dtype == torch.float32,
         UPCAST=q.device.type != "cuda",
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        num_warps=8 if block_m * block_d >= 128 * 128 else 4,
     )
     if not final:
         _block_attn_combine_kernel[(n_flat,)](

@@ -6,7 +6,8 @@ Math, per row x = logits_row / temperature (fp32; temperature 0 means greedy and
     prob    = softmax(x)[token] = e^(m - m) / s = 1 / s
     entropy = -sum_v p_v log p_v = log s - t / s
 One pass over V with an online max: when the running max moves from m to m', alpha = e^(m - m'),
-s <- alpha s,  t <- alpha (t + (m - m') s). Entries equal to -inf contribute nothing. The softmax is
+s <- alpha s,  t <- alpha (t + (m - m') s). Entries equal to -inf contribute nothing. The kernel
+keeps s, t and the argmax per lane of a tile and folds the lanes once at the end. The softmax is
 never materialised. For small row counts (batch 1) the vocabulary is split across programs; each
 split keeps its own (m, s, t, argmax) and a second tiny kernel merges them with the same rescaling.
 
@@ -57,27 +58,35 @@ def _unmask_partial_kernel(
 
     start = split * chunk
     end = tl.minimum(start + chunk, V)
+    # Per-lane sums and argmax with one shared running max m: the loop's only cross-lane
+    # reduction is the tile max; lanes are folded together once, after the loop.
     m = -float("inf")
-    s = 0.0
-    t = 0.0
-    best = start
+    s_lane = tl.zeros([BLOCK_V], tl.float32)
+    t_lane = tl.zeros([BLOCK_V], tl.float32)
+    best_val = tl.full([BLOCK_V], -float("inf"), tl.float32)
+    best_idx = tl.zeros([BLOCK_V], tl.int32) + start
     for off in range(start, end, BLOCK_V):
         cols = off + tl.arange(0, BLOCK_V)
         x = tl.load(row_ptr + cols, mask=cols < end, other=-float("inf")).to(tl.float32)
-        x = x * inv_temp
-        chunk_max, chunk_arg = tl.max(x, axis=0, return_indices=True)
-        best = tl.where(chunk_max > m, off + chunk_arg, best)
-        m_new = tl.maximum(m, chunk_max)
+        x = x * inv_temp  # [BLOCK_V]
+        better = x > best_val  # strict: each lane keeps its first maximum
+        best_val = tl.where(better, x, best_val)
+        best_idx = tl.where(better, cols, best_idx)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)
-        e = tl.exp(x - m_safe)  # [BLOCK_V]; 0 where x == -inf
+        alpha = tl.exp(m - m_safe)  # 0 while nothing finite has been seen
+        e = tl.exp(x - m_safe)  # 0 where x == -inf
         if NEED_ENTROPY:
-            # where() before the product, so -inf * 0 never makes a NaN
+            # where() before the products, so -inf * 0 never makes a NaN
             d = tl.where(x == -float("inf"), 0.0, x - m_safe)
-            moved = (tl.where(s > 0.0, m, m_safe) - m_safe) * s
-            t = alpha * (t + moved) + tl.sum(d * e, axis=0)
-        s = s * alpha + tl.sum(e, axis=0)
+            moved = tl.where(m == -float("inf"), 0.0, m - m_safe)  # s_lane is 0 when m = -inf
+            t_lane = alpha * (t_lane + moved * s_lane) + d * e
+        s_lane = s_lane * alpha + e
         m = m_new
+    s = tl.sum(s_lane, axis=0)
+    t = tl.sum(t_lane, axis=0)
+    top = tl.max(best_val, axis=0)
+    best = tl.min(tl.where(best_val == top, best_idx, V), axis=0)  # first index of the max
 
     if FINAL:
         tl.store(token_ptr + n, best.to(tl.int64))
@@ -163,9 +172,9 @@ def unmask_confidence(logits, prev_logits=None, shift=False, temperature=1.0,
     if block_v is None:
         block_v = min(_MAX_BLOCK_V, triton.next_power_of_2(vocab))
     if num_splits is None:
-        # Enough programs to fill the GPU (about 2 per SM), never less than 8 blocks per split.
+        # Enough programs to fill the GPU (about 2 per SM), at least 4 tiles per split.
         want = triton.cdiv(2 * num_sms(device), n_rows)
-        num_splits = max(1, min(want, triton.cdiv(vocab, 8 * block_v)))
+        num_splits = max(1, min(want, vocab // (4 * block_v)))
     chunk = triton.cdiv(triton.cdiv(vocab, num_splits), block_v) * block_v
     num_splits = triton.cdiv(vocab, chunk)  # no empty splits
     final = num_splits == 1

@@ -50,6 +50,7 @@ def run_all(inputs, block_size, **kwargs):
     (2, 4, 2, 5, 16, 11),  # B, Hq, Hkv, L, D, T  (GQA group 2)
     (3, 6, 2, 7, 32, 11),  # group 3, rows per kv head not a power of two
     (3, 2, 2, 6, 16, 40),  # plain MHA, cache longer than one tile
+    (1, 8, 1, 17, 16, 11),  # 136 (group, query) rows: several row tiles per kv head
 ])
 @pytest.mark.parametrize("block_size", [0, 4], ids=["bidir", "blockcausal4"])
 @pytest.mark.parametrize("num_splits", [1, 2], ids=["split1", "split2"])
