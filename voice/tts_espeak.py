@@ -16,6 +16,8 @@ import threading
 import unicodedata
 from collections.abc import AsyncGenerator
 
+import numpy as np
+import soxr
 from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
@@ -87,7 +89,10 @@ class EspeakTTSService(TTSService):
                 return
             native = self._espeak.sample_rate
             if native != self.sample_rate:
-                pcm = await self._resampler.resample(pcm, native, self.sample_rate)
+                # one-shot resampling of the whole clause: a streaming resampler would hold
+                # back the clause's last ~60 ms until the next clause
+                samples = np.frombuffer(pcm, dtype=np.int16)
+                pcm = soxr.resample(samples, native, self.sample_rate).astype(np.int16).tobytes()
             step = int(self.sample_rate * CHUNK_SECS) * 2
             for offset in range(0, len(pcm), step):
                 yield TTSAudioRawFrame(

@@ -1,0 +1,125 @@
+"""DiffusionLLMService under pipecat's run_test, against the real (random-weight) engine:
+frame order, one LLMTextFrame per engine delta (compared with calling the engine directly),
+TTFB metrics, interruption aborting the engine request, overload answered politely."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pipecat.frames.frames import (
+    InterruptionFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMServiceMetadataFrame,
+    LLMTextFrame,
+    MetricsFrame,
+)
+from pipecat.metrics.metrics import LLMUsageMetricsData, TTFBMetricsData
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import SleepFrame, run_test
+
+from voice.llm_service import BUSY_REPLY, DiffusionLLMService, context_to_messages
+
+SYSTEM = "Answer in one short sentence."
+USER = [{"role": "user", "content": "What time do you open?"}]
+
+
+async def _direct_deltas(engine, messages, params) -> list[str]:
+    return [d.text async for d in engine.generate(messages, params) if d.text]
+
+
+def test_context_to_messages():
+    messages = [
+        {"role": "developer", "content": "be nice"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
+        {"role": "tool", "content": "42", "tool_call_id": "x"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": ""},
+    ]
+    assert context_to_messages(messages, "SYS") == [
+        {"role": "system", "content": "be nice"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    assert context_to_messages(USER, "SYS")[0] == {"role": "system", "content": "SYS"}
+
+
+async def test_streams_one_text_frame_per_engine_delta(random_engine):
+    llm = DiffusionLLMService(random_engine, system_prompt=SYSTEM, max_new_tokens=24)
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[LLMContextFrame(LLMContext(messages=list(USER)))],
+        pipeline_params=PipelineParams(enable_metrics=True, enable_usage_metrics=True),
+    )
+    content = [f for f in down if not isinstance(f, (MetricsFrame, LLMServiceMetadataFrame))]
+    assert isinstance(content[0], LLMFullResponseStartFrame)
+    assert isinstance(content[-1], LLMFullResponseEndFrame)
+    texts = [f.text for f in content[1:-1]]
+    assert all(isinstance(f, LLMTextFrame) for f in content[1:-1])
+    # greedy decoding is deterministic: the same request straight to the engine gives the same
+    # non-empty deltas, one frame each
+    reference = await _direct_deltas(
+        random_engine, [{"role": "system", "content": SYSTEM}, *USER], llm._params
+    )
+    assert texts == reference and texts
+
+    metrics = [m for f in down if isinstance(f, MetricsFrame) for m in f.data]
+    # (pipecat first sends an all-zero "initial" metrics frame)
+    ttfb = [m for m in metrics if isinstance(m, TTFBMetricsData) and m.value > 0]
+    assert len(ttfb) == 1 and ttfb[0].value < 30
+    usage = [m for m in metrics if isinstance(m, LLMUsageMetricsData)]
+    assert usage and usage[0].value.completion_tokens > 0
+
+
+async def test_interruption_aborts_the_engine_request(random_engine, monkeypatch):
+    aborted: list[str] = []
+    real_abort = random_engine.abort
+    monkeypatch.setattr(random_engine, "abort", lambda rid: (aborted.append(rid), real_abort(rid)))
+    seen: list[str] = []
+    llm = DiffusionLLMService(
+        random_engine,
+        system_prompt=SYSTEM,
+        max_new_tokens=1024,
+        steps_per_block=32,
+        sampling_overrides={"ignore_eos": True},  # ~tens of seconds if never interrupted
+        on_request=seen.append,
+    )
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[
+            LLMContextFrame(LLMContext(messages=list(USER))),
+            SleepFrame(sleep=0.5),
+            InterruptionFrame(),
+        ],
+    )
+    assert len(seen) == 1 and seen[0] in aborted
+    for _ in range(100):
+        if seen[0] not in random_engine.active_request_ids():
+            break
+        await asyncio.sleep(0.02)
+    assert seen[0] not in random_engine.active_request_ids()
+    assert any(isinstance(f, InterruptionFrame) for f in down)
+    assert sum(len(f.text) for f in down if isinstance(f, LLMTextFrame)) < 4096
+
+
+async def test_overloaded_engine_gets_a_spoken_apology(tmp_path):
+    from engine import Engine, EngineConfig, SamplingParams
+    from engine.testing import make_random_checkpoint
+
+    engine = Engine.from_pretrained(
+        make_random_checkpoint(tmp_path / "m"), EngineConfig(device="cpu", max_running=1, max_queued=0)
+    )
+    try:
+        hog_params = SamplingParams(max_new_tokens=1024, steps_per_block=32, ignore_eos=True)
+        hog = engine.generate(USER, hog_params)
+        await hog.__anext__()  # the only slot is now busy
+        llm = DiffusionLLMService(engine, system_prompt=SYSTEM)
+        down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(LLMContext(messages=USER))])
+        texts = [f.text for f in down if isinstance(f, LLMTextFrame)]
+        assert texts == [BUSY_REPLY]
+        assert isinstance(down[-1], LLMFullResponseEndFrame)
+        await hog.aclose()
+    finally:
+        engine.close()
