@@ -110,7 +110,8 @@ class DataGenerator:
                 ", ".join(open_parts[:-1]) + ", and " + open_parts[-1]
                 if len(open_parts) > 1 else open_parts[0]) + "."
             if closed:
-                text += " We're closed on " + " and ".join(d.capitalize() + "s" for d in closed) + "."
+                days = " and ".join(d.capitalize() + "s" for d in closed)
+                text += f" We're closed on {days}."
             return text, tuple(dict.fromkeys(h for _, h in f.hours if h != "closed"))
         if intent in ("price", "duration"):
             service = next(s for s in f.services if s.name == slot)

@@ -1,9 +1,10 @@
 """A tiny paraphrase grammar for question templates.
 
-Syntax: `(a|b|c)` picks one alternative, `[x|y]` is an optional choice, `<slot>` is left for the caller to
-fill, everything else is literal text. Groups nest: "(what time|when) do you [usually] (open|start)
-[on <day>]". `sample(rng)` draws one rendering; `expand()` lists every rendering (used to prove
-held-out templates never collide with training ones). Knows nothing about facts or intents.
+Syntax: `(a|b|c)` picks one alternative, `[x|y]` is an optional choice, `<slot>` is left for the
+caller to fill, everything else is literal text. Groups nest:
+"(what time|when) do you [usually] (open|start) [on <day>]". `sample(rng)` draws one rendering;
+`expand()` lists every rendering (used to prove held-out templates never collide with training
+ones). Knows nothing about facts or intents.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ class TrainConfig:
     seed: int = 0
     max_steps: int = 3000
     time_budget_s: float | None = None
+    stop_at_step: int | None = None
     batch_size: int = 32
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
@@ -71,6 +72,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.stop_at_step is not None and self.stop_at_step < 1:
+            raise ValueError(f"stop_at_step must be >= 1 or None, got {self.stop_at_step}")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise ValueError(f"time_budget_s must be > 0 or None, got {self.time_budget_s}")
         if not self.lr > 0:
@@ -209,7 +212,8 @@ def train(cfg: TrainConfig) -> dict:
     start = time.perf_counter() - elapsed
     last_save = time.perf_counter()
     window_tokens, window_start, loss_ema = 0, time.perf_counter(), None
-    while step < cfg.max_steps and not (cfg.time_budget_s and elapsed >= cfg.time_budget_s):
+    last_step = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
+    while step < last_step and not (cfg.time_budget_s and elapsed >= cfg.time_budget_s):
         factor = lr_factor(cfg, step, elapsed)
         for group in opt.param_groups:
             group["lr"] = cfg.lr * factor
@@ -223,7 +227,7 @@ def train(cfg: TrainConfig) -> dict:
         step += 1
         tokens_seen += batch.num_tokens
         window_tokens += batch.num_tokens
-        loss_value = float(loss)
+        loss_value = float(loss.detach())
         loss_ema = loss_value if loss_ema is None else 0.95 * loss_ema + 0.05 * loss_value
         now = time.perf_counter()
         elapsed = now - start

@@ -1,0 +1,141 @@
+"""`diffvoice train` and `diffvoice eval-model`: the receptionist model from a terminal.
+
+  diffvoice train --facts FILE.yaml --out DIR     flags map 1:1 onto trainer.TrainConfig; running
+                                                  again with the same --out resumes
+  diffvoice eval-model [--model DIR]              held-out fact accuracy, EOS rate, reply length
+                                                  and latency through the real Engine
+Registered in engine/cli.py as (add_train_arguments, run_train) and (add_eval_arguments,
+run_eval). Knows nothing about the training loop beyond TrainConfig/train and evaluate().
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from engine.train.evaluate import DEFAULT_SETTINGS, evaluate, markdown_table
+from engine.train.trainer import TrainConfig, train
+
+_HELP = {
+    "out": "output directory: the checkpoint (config.json, model.safetensors, tokenizer files, "
+           "facts.yaml) plus train_state.pt for resuming",
+    "facts": "fact sheet YAML (see engine/train/default_facts.yaml for the schema)",
+    "seed": "seed for data, masks and initialisation",
+    "max_steps": "optimizer steps (the learning-rate schedule spans them)",
+    "time_budget_s": "stop after this many seconds of training (schedule decays by then too)",
+    "stop_at_step": "pause after this step (schedule unchanged); run again to resume",
+    "batch_size": "examples per step",
+    "lr": "peak learning rate (AdamW)",
+    "min_lr_ratio": "final learning rate as a fraction of --lr (cosine decay)",
+    "warmup_steps": "linear warmup steps",
+    "weight_decay": "AdamW weight decay on matrices",
+    "grad_clip": "gradient-norm clip",
+    "vocab_size": "BPE vocabulary size upper bound (specials included)",
+    "tokenizer_samples": "generated examples the BPE is trained on",
+    "hidden_size": "model width",
+    "num_layers": "transformer layers",
+    "num_heads": "attention heads",
+    "num_kv_heads": "key/value heads (grouped-query attention)",
+    "head_dim": "per-head dimension",
+    "intermediate_size": "MLP width",
+    "block_size": "diffusion block size (the engine decodes this many tokens per block)",
+    "use_chitchat": "add real chit-chat lines (chitchat-dataset package) as out-of-scope inputs",
+    "save_every_s": "export the checkpoint and resume state this often (seconds)",
+    "threads": "torch CPU threads",
+    "export_dtype": "dtype of model.safetensors",
+    "resume": "resume from OUT/train_state.pt when present",
+    "progress": "show a progress bar",
+}
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                help=_HELP[f.name])
+            continue
+        kind = {"int": int, "float": float, "str": str}.get(str(f.type).split(" ")[0], None)
+        if f.name == "time_budget_s":
+            kind = float
+        elif f.name == "stop_at_step":
+            kind = int
+        required = default is dataclasses.MISSING
+        parser.add_argument(flag, type=kind or str, default=None if required else default,
+                            required=required, help=_HELP[f.name] + (
+                                "" if required or default is None else f" (default {default})"))
+
+
+def run_train(args: argparse.Namespace) -> int:
+    try:
+        fields = dataclasses.fields(TrainConfig)
+        cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields})
+        summary = train(cfg)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"diffvoice train: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("train_config",
+                                                                    "model_config")}, indent=2))
+    return 0
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    from engine import DEFAULT_MODEL_DIR
+
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR,
+                        help="checkpoint directory (default: the shipped receptionist model)")
+    parser.add_argument("--facts", type=Path, default=None,
+                        help="fact sheet of the held-out questions (default MODEL/facts.yaml)")
+    parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS),
+                        help="decoding settings: low_confidence:STEPS_PER_BLOCK, threshold:P, "
+                             "entropy:GAMMA")
+    parser.add_argument("--per-template", type=int, default=1,
+                        help="renderings of each held-out template per slot value")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="evaluate an evenly spaced subset of this many questions")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="reply token budget")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="requests in flight (1 = latency per reply, not per batch)")
+    parser.add_argument("--seed", type=int, default=1234, help="seed of the held-out renderings")
+    parser.add_argument("--chitchat", action=argparse.BooleanOptionalAction, default=True,
+                        help="include held-out chitchat-dataset lines as out-of-scope questions "
+                             "(when that package is installed)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    if args.per_template < 1 or args.concurrency < 1 or (args.limit is not None and args.limit < 1):
+        print("diffvoice eval-model: error: --per-template, --concurrency and --limit must be >= 1",
+              file=sys.stderr)
+        return 2
+    try:
+        report = evaluate(args.model, args.facts, tuple(args.settings), args.per_template,
+                          args.limit, args.max_new_tokens, args.concurrency, args.seed,
+                          args.chitchat, args.threads)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
+        return 2
+    print(markdown_table(report))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m engine.train.cli train|eval-model ...` (same as the diffvoice subcommands)."""
+    parser = argparse.ArgumentParser(prog="python -m engine.train.cli")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train_arguments(sub.add_parser("train"))
+    add_eval_arguments(sub.add_parser("eval-model"))
+    args = parser.parse_args(argv)
+    return run_train(args) if args.command == "train" else run_eval(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
