@@ -1,0 +1,248 @@
+"""`diffvoice bench engine`: the engine's first-block latency and throughput, against the vanilla
+LLaDA loop on the same model, written in the shared report format (latency_bench.report).
+
+What it measures (all greedy, answers forced to equal length with ignore_eos):
+  ttft_ms            request submitted -> first committed block delivered (batch 1, p50/p90/p99)
+  tok_per_s          answer tokens / wall time, one request at a time
+  vanilla.tok_per_s  the reference loop: whole sequence recomputed every pass, one token
+                     committed per pass, no cache (engine.vanilla.reference_decode)
+  batch8.aggregate_tok_per_s   8 concurrent requests in the one engine
+  by_context         ttft / tok/s as the prompt grows (--context 128,1024,4096)
+The model is built in memory with random weights (nothing is downloaded); `--model DIR` measures a
+checkpoint instead. Knows nothing about voice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from engine import Engine, EngineConfig, SamplingParams
+from engine.config import ModelConfig
+from engine.loader import LoadedModel, load_checkpoint
+from engine.model import DiffusionLM
+from engine.testing import CORPUS, make_tokenizer
+from engine.tokenizer import ChatTokenizer
+from engine.vanilla import reference_decode
+
+PRESETS = {
+    # ~10M parameters, block-causal (SDAR layout), the CPU benchmark's default
+    "tiny-10m": dict(family="sdar", vocab_size=16384, hidden_size=256, num_layers=8, num_heads=4,
+                     num_kv_heads=2, head_dim=64, intermediate_size=768, block_size=8,
+                     tie_word_embeddings=True),
+    # the shape of Qwen2.5-1.5B as Fast-dLLM v2 uses it (block-causal, 32-token blocks)
+    "qwen2.5-1.5b": dict(family="fast_dllm_v2", vocab_size=151936, hidden_size=1536,
+                         num_layers=28, num_heads=12, num_kv_heads=2, head_dim=128,
+                         intermediate_size=8960, block_size=32, tie_word_embeddings=True,
+                         rope_theta=1000000.0),
+}
+
+PROMPTS = [line for line in CORPUS.splitlines() if line.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("docs/latency/engine-cpu.json"),
+                        help="report JSON (.md/.html/.png written beside it)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny-10m",
+                        help="random-weight model shape (ignored with --model)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="measure this checkpoint directory instead of a random preset")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    parser.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto")
+    parser.add_argument("--prompts", type=int, default=20, help="prompts per measurement")
+    parser.add_argument("--answer-tokens", type=int, default=32, help="answer length (forced)")
+    parser.add_argument("--steps-per-block", type=int, default=2,
+                        help="denoising passes per block (low_confidence policy)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="decode block (default: the model's)")
+    parser.add_argument("--batch", type=_ints, default=[1, 8],
+                        help="concurrency levels, comma-separated (aggregate tok/s each)")
+    parser.add_argument("--context", type=_ints, default=[],
+                        help="prompt lengths in tokens for the by_context sweep, e.g. 128,1024")
+    parser.add_argument("--vanilla-prompts", type=int, default=None,
+                        help="prompts for the vanilla loop (default: --prompts)")
+    parser.add_argument("--compare-graphs", action="store_true",
+                        help="also run with CUDA graphs disabled (--enforce-eager) on CUDA")
+    parser.add_argument("--seed", type=int, default=0, help="weight and prompt seed")
+
+
+def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int,
+                 tokenizer_dir: Path) -> LoadedModel:
+    tok = make_tokenizer(tokenizer_dir)
+    dims = dict(PRESETS[preset])
+    family = dims.pop("family")
+    cfg = ModelConfig(family=family, mask_token_id=tok.token_to_id("<|mask|>"),
+                      eos_token_ids=(tok.token_to_id("<|im_end|>"),),
+                      max_position_embeddings=8192, **dims)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = DiffusionLM(cfg)
+    model.init_weights(std=0.02)
+    model.to(dtype).eval().requires_grad_(False)
+    return LoadedModel(model, ChatTokenizer.from_dir(tokenizer_dir), cfg, tokenizer_dir, preset)
+
+
+def prompt_messages(tokenizer: ChatTokenizer, n: int, context: int | None) -> list[list[dict]]:
+    """n different chats; with `context`, each is padded with earlier turns to ~context tokens."""
+    chats = []
+    for i in range(n):
+        question = PROMPTS[i % len(PROMPTS)]
+        messages = [{"role": "user", "content": f"{question} ({i})"}]
+        if context:
+            history, k = [], i
+            while len(tokenizer.encode_chat(history + messages)) < context:
+                history += [{"role": "user", "content": PROMPTS[k % len(PROMPTS)]},
+                            {"role": "assistant", "content": PROMPTS[(k + 3) % len(PROMPTS)]}]
+                k += 1
+            messages = history + messages
+        chats.append(messages)
+    return chats
+
+
+async def _one(engine: Engine, messages, params) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    first, n = None, 0
+    async for d in engine.generate(messages, params):
+        if first is None and d.token_ids:
+            first = time.perf_counter() - t0
+        n += len(d.token_ids)
+    return first or 0.0, time.perf_counter() - t0, n
+
+
+async def measure(engine: Engine, chats, params, concurrency: int) -> dict:
+    """Run `chats` with `concurrency` requests in flight; latencies in ms, aggregate tok/s."""
+    sem = asyncio.Semaphore(concurrency)
+
+    async def guarded(m):
+        async with sem:
+            return await _one(engine, m, params)
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(guarded(m) for m in chats))
+    wall = time.perf_counter() - t0
+    tokens = sum(r[2] for r in results)
+    return {"ttft": [r[0] * 1000 for r in results], "total": [r[1] * 1000 for r in results],
+            "tokens": tokens, "wall_s": wall, "aggregate_tok_per_s": tokens / wall}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_vanilla(loaded: LoadedModel, chats, answer_tokens: int, device: torch.device) -> dict:
+    cfg = loaded.config
+    block = cfg.block_size if cfg.block_causal else 32
+    params = SamplingParams(max_new_tokens=answer_tokens, steps_per_block=block,
+                            block_size=block, ignore_eos=True)
+    tokens, passes = 0, 0
+    _sync(device)
+    t0 = time.perf_counter()
+    for m in chats:
+        ids, n = reference_decode(loaded.model, cfg, loaded.tokenizer.encode_chat(m), params)
+        tokens += len(ids)
+        passes += n
+    _sync(device)
+    wall = time.perf_counter() - t0
+    return {"tok_per_s": tokens / wall, "tokens": tokens, "passes": passes, "wall_s": wall,
+            "loop": "full sequence recomputed every pass, one token committed per pass, no cache"}
+
+
+def run(args: argparse.Namespace) -> int:
+    from latency_bench.machine import git_revision, machine_info, package_versions
+    from latency_bench.outputs import write_outputs
+    from latency_bench.report import SweepPoint, build_report
+    from latency_bench.stats import summarize
+
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if args.device == "auto" else args.device))
+    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+             "float32": torch.float32, "bfloat16": torch.bfloat16,
+             "float16": torch.float16}[args.dtype]
+    if args.model:
+        loaded = load_checkpoint(args.model, dtype=str(dtype).removeprefix("torch."),
+                                 device=str(device))
+    else:
+        loaded = random_model(args.preset, device, dtype, args.seed,
+                              args.out.parent / f".{args.out.stem}-tokenizer")
+    n_params = sum(p.numel() for p in loaded.model.parameters())
+    max_ctx = max([*args.context, 256]) + args.answer_tokens + 64
+    batches = sorted(set(args.batch))
+    params = SamplingParams(max_new_tokens=args.answer_tokens, steps_per_block=args.steps_per_block,
+                            block_size=args.block_size, ignore_eos=True)
+    modes = [("graphs", False), ("eager", True)] if args.compare_graphs else [("default", False)]
+    chats = prompt_messages(loaded.tokenizer, args.prompts, None)
+    results, points = {}, []
+    for mode, eager in modes:
+        engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
+                                             enforce_eager=eager, max_queued=4 * args.prompts))
+        try:
+            asyncio.run(measure(engine, chats[:2], params, 1))  # warm-up
+            per_batch = {b: asyncio.run(measure(engine, chats * (1 if b == 1 else max(1, b // 4)),
+                                                params, b)) for b in batches}
+            by_context = {}
+            for ctx in args.context:
+                ctx_chats = prompt_messages(loaded.tokenizer, min(args.prompts, 5), ctx)
+                r = asyncio.run(measure(engine, ctx_chats, params, 1))
+                by_context[str(ctx)] = {"ttft_ms": summarize(r["ttft"]),
+                                        "tok_per_s": r["aggregate_tok_per_s"],
+                                        "prompt_tokens": len(loaded.tokenizer.encode_chat(
+                                            ctx_chats[0]))}
+        finally:
+            engine.close()
+        results[mode] = {"per_batch": per_batch, "by_context": by_context}
+    head = results[modes[0][0]]
+    b1 = head["per_batch"][batches[0]]
+    for b, r in head["per_batch"].items():
+        points.append(SweepPoint(concurrency=b, samples={"ttft_ms": r["ttft"],
+                                                         "request_ms": r["total"]},
+                                 turns=len(r["ttft"]), wall_s=r["wall_s"]))
+    vanilla_chats = chats[: args.vanilla_prompts or args.prompts]
+    vanilla = run_vanilla(loaded, vanilla_chats, args.answer_tokens, device)
+    cfg = loaded.config
+    config = {
+        "benchmark": "engine", "machine": machine_info(), "versions": package_versions(),
+        "git": git_revision(), "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+        "model": {"name": loaded.name, "params": n_params, **{k: v for k, v in asdict(cfg).items()
+                                                              if k != "eos_token_ids"}},
+        "answer_tokens": args.answer_tokens, "prompts": args.prompts,
+        "params": asdict(params), "batches": batches, "modes": [m for m, _ in modes],
+        "command": "diffvoice bench engine " + " ".join(
+            f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in vars(args).items()
+            if k not in ("bench_command", "command", "func") and v not in (None, False, [])),
+    }
+    report = build_report(kind="engine", config=config, points=points, stages=["ttft_ms",
+                                                                               "request_ms"])
+    s = summarize(b1["ttft"])
+    report["ttft_ms"] = {"p50": s["p50"], "p90": s["p90"], "p99": s["p99"], "mean": s["mean"]}
+    report["tok_per_s"] = b1["aggregate_tok_per_s"]
+    report["vanilla"] = vanilla
+    report["speedup_vs_vanilla"] = b1["aggregate_tok_per_s"] / vanilla["tok_per_s"]
+    for b, r in head["per_batch"].items():
+        report[f"batch{b}"] = {"aggregate_tok_per_s": r["aggregate_tok_per_s"],
+                               "per_stream_tok_per_s": r["aggregate_tok_per_s"] / b,
+                               "ttft_ms": summarize(r["ttft"])}
+    if head["by_context"]:
+        report["by_context"] = head["by_context"]
+    if len(modes) > 1:
+        report["modes"] = {m: {f"batch{b}": {"aggregate_tok_per_s": r["aggregate_tok_per_s"],
+                                             "ttft_ms": summarize(r["ttft"])}
+                               for b, r in results[m]["per_batch"].items()} for m, _ in modes}
+    written = write_outputs(report, args.out)
+    print(f"ttft p50 {report['ttft_ms']['p50']:.1f} ms  p99 {report['ttft_ms']['p99']:.1f} ms | "
+          f"{report['tok_per_s']:.0f} tok/s vs vanilla {vanilla['tok_per_s']:.0f} tok/s "
+          f"(x{report['speedup_vs_vanilla']:.1f})"
+          + "".join(f" | batch{b} {report[f'batch{b}']['aggregate_tok_per_s']:.0f} tok/s"
+                    for b in batches if b > 1))
+    print("wrote", ", ".join(str(p) for p in written.values()))
+    return 0
