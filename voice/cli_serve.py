@@ -1,0 +1,97 @@
+"""`diffvoice serve`: load the engine once, warm it up, resolve ASR/TTS offline, serve HTTP.
+
+    diffvoice serve [--host 127.0.0.1] [--port 8000] [--model DIR] [--asr auto|NAME|DIR|pocketsphinx]
+                    [--tts espeak|kokoro|piper] [--stop-secs 0.5] [--config serve.yaml] ...
+
+Flags map 1:1 onto voice.config.ServeConfig fields (env DIFFVOICE_<FIELD> and a YAML/JSON config
+file work too). `add_arguments(parser)` and `run(args) -> int` are what engine.cli registers.
+`build_app(state)` is the full app: voice.server.create_app plus the OpenAI-compatible router
+(voice.openai_api) and, unless --api-only, the Twilio router (voice.telephony.twilio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from voice.config import ServeConfig
+from voice.config import add_arguments as _add_config_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_config_arguments(parser)
+
+
+def build_app(state):
+    from loguru import logger
+
+    from voice.server import create_app
+
+    app = create_app(state)
+    try:
+        from voice.openai_api import make_router as openai_router
+
+        app.include_router(openai_router(state))
+    except Exception as e:  # an optional surface must not keep the voice demo from starting
+        logger.warning(f"OpenAI-compatible API not mounted: {e!r}")
+    if not state.config.api_only:
+        try:
+            from voice.telephony.twilio import make_router as twilio_router
+
+            app.include_router(twilio_router(state))
+        except Exception as e:
+            logger.warning(f"Twilio routes not mounted: {e!r}")
+    return app
+
+
+def _configure_logging(level: str) -> None:
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level=level.upper())
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = ServeConfig.from_sources(args)
+    except (ValueError, OSError) as e:
+        print(f"diffvoice serve: {e}", file=sys.stderr)
+        return 2
+    _configure_logging(getattr(args, "log_level", "INFO") or "INFO")
+    from loguru import logger
+
+    if not Path(config.model).is_dir():
+        logger.error(
+            f"model directory {config.model} not found. Train/download the embedded model into "
+            "models/receptionist-tiny (see README) or pass --model DIR."
+        )
+        return 2
+
+    import uvicorn
+
+    from engine import Engine, EngineConfig
+    from voice.state import AppState
+
+    started = time.perf_counter()
+    engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
+    engine.warmup()
+    logger.info(
+        f"engine: {engine.model_name} on {engine.device}, loaded and warmed up in "
+        f"{time.perf_counter() - started:.1f}s"
+    )
+    try:
+        state = AppState.create(config, engine)
+        if state.asr is not None:
+            logger.info(f"ASR: {state.asr.name} (loaded in {state.asr.load_secs:.1f}s)")
+            logger.info(f"TTS: {state.tts.name} at {state.tts.sample_rate} Hz")
+        for warning in state.warnings:
+            logger.warning(f"!!! {warning}")
+        app = build_app(state)
+        url = f"http://{config.host}:{config.port}/"
+        logger.info(f"serving {'the API' if config.api_only else 'the voice demo'} at {url}")
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20)
+    finally:
+        engine.close()
+    return 0
