@@ -4,14 +4,21 @@ Visibility (identical for every family; only `block_size` differs):
   cached key t of row b   visible iff t < cache_lens[b]   (the cache only holds earlier positions)
   new key j of row b      visible iff key_valid[b, j] and (block_size == 0 or
                           positions[b, j] // block_size <= positions[b, i] // block_size)
-Routes to kernels.ops.block_attention (Triton on CUDA, its PyTorch reference elsewhere) when that
-package provides it; this module keeps the mask semantics in one place for the engine.
+On CUDA this routes to kernels.ops.block_attention (the Triton kernel); elsewhere it runs
+PyTorch's fused scaled_dot_product_attention with an explicit mask, which is much faster on CPU
+than the kernel's readable reference (tests check the two agree on random inputs).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+try:
+    from kernels.dispatch import resolve_backend
+    from kernels.ops import block_attention
+except ImportError:  # pragma: no cover - kernels are optional at run time
+    block_attention = None
 
 
 def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens: torch.Tensor,
@@ -33,10 +40,14 @@ def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens:
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cached: torch.Tensor,
            v_cached: torch.Tensor, cache_lens: torch.Tensor, positions: torch.Tensor,
            key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
-    """q [B, L, Hq, D]; k/v [B, L, Hkv, D]; k_cached/v_cached [B, Tc, Hkv, D] -> [B, L, Hq, D]."""
-    mask = attention_mask(positions, key_valid, cache_lens, k_cached.shape[1], block_size)
-    keys = torch.cat((k_cached, k), dim=1).transpose(1, 2)  # [B, Hkv, Tc + L, D]
-    values = torch.cat((v_cached, v), dim=1).transpose(1, 2)
+    """q [B, L, Hq, D]; k/v [B, L, Hkv, D]; k_cached/v_cached [B, Hkv, Tc, D] -> [B, L, Hq, D]."""
+    if block_attention is not None and resolve_backend(q.device) == "triton":
+        out = block_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cached,
+                              v_cached, cache_lens, positions, key_valid, block_size)
+        return out.transpose(1, 2)
+    mask = attention_mask(positions, key_valid, cache_lens, k_cached.shape[2], block_size)
+    keys = torch.cat((k_cached, k.transpose(1, 2)), dim=2)  # [B, Hkv, Tc + L, D]
+    values = torch.cat((v_cached, v.transpose(1, 2)), dim=2)
     out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
                                          enable_gqa=q.shape[2] != k.shape[2])
     return out.transpose(1, 2)

@@ -156,7 +156,7 @@ class ModelConfig:
                     "n_heads": self.num_heads, "n_kv_heads": self.num_kv_heads,
                     "mlp_hidden_size": self.intermediate_size, "weight_tying": self.tie_word_embeddings,
                     "max_sequence_length": self.max_position_embeddings,
-                    "embedding_size": self.num_embeddings, "block_type": "llama"}
+                    "embedding_size": self.embedding_size, "block_type": "llama"}
         arch, model_type = {
             "sdar": ("SDARForCausalLM", "sdar"),
             "fast_dllm_v2": ("Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen"),

@@ -132,7 +132,7 @@ class DiffusionLM(nn.Module):
 
         input_ids/positions [B, L]: each row's new tokens (left-padded); key_valid [B, L]: which new
         tokens are keys (padding and tokens whose K/V is already cached are not); kv_cache: per
-        layer (k, v) pools [S, T+1, Hkv, D] with slot index T the trash row; slots [B]: each row's
+        layer (k, v) pools [S, Hkv, T+1, D] with position T the trash column; slots [B]: each row's
         pool slot; cache_lens [B]: valid cached positions per row (all earlier than any new token);
         cache_len_max: max(cache_lens) known on the host; write_pos [B, L]: pool position to write
         each new token's K/V (T = discard), None = write nothing; logits_start: compute logits for
@@ -144,13 +144,13 @@ class DiffusionLM(nn.Module):
         block = cfg.block_size if cfg.block_causal else 0
         for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
             q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
-            k_cached = k_pool[slots, :cache_len_max]  # [B, Tc, Hkv, D]
-            v_cached = v_pool[slots, :cache_len_max]
+            k_cached = k_pool[slots, :, :cache_len_max]  # [B, Hkv, Tc, D]
+            v_cached = v_pool[slots, :, :cache_len_max]
             attn = attend(q, k, v, k_cached, v_cached, cache_lens, positions, key_valid, block)
             if write_pos is not None:  # in place: the pools are the persistent cache
                 rows = slots[:, None].expand_as(write_pos)
-                k_pool[rows, write_pos] = k
-                v_pool[rows, write_pos] = v
+                k_pool[rows, :, write_pos] = k  # [B, L, Hkv, D] into [S, Hkv, T + 1, D]
+                v_pool[rows, :, write_pos] = v
             x = x + layer.o_proj(attn.flatten(2))
             x = x + layer.mlp(layer.post_norm(x))
         return self.logits(x[:, logits_start:])

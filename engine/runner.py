@@ -2,7 +2,7 @@
 unmasking policies and writes committed tokens back - all on the device.
 
 Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the per-layer K/V pools
-[S, T + 1, Hkv, D] (column T is a trash row for padded writes). Per pass the host learns only the
+[S, Hkv, T + 1, D] (position T is a trash column for padded writes). Per pass the host learns only the
 query-window tokens and how many masks remain in each row's decode block: one small device-to-host
 copy (pinned + event on CUDA), never a sync inside the policy.
 """
@@ -39,7 +39,7 @@ class ModelRunner:
         self.shift = int(self.mc.logit_shift)
         slots = config.max_running
         dtype = next(self.model.parameters()).dtype
-        shape = (slots, self.T + 1, self.mc.num_kv_heads, self.mc.head_dim)
+        shape = (slots, self.mc.num_kv_heads, self.T + 1, self.mc.head_dim)
         self.kv = [(torch.zeros(shape, dtype=dtype, device=device),
                     torch.zeros(shape, dtype=dtype, device=device))
                    for _ in range(self.mc.num_layers)]
