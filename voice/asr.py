@@ -80,7 +80,9 @@ def _locate(candidate: str, warnings: list[str]) -> Path | None:
             warnings.append(f"ASR dir {path} has no model.bin (not a CTranslate2 Whisper model)")
             return None
         if not (path / "tokenizer.json").is_file():
-            warnings.append(f"ASR dir {path} has no tokenizer.json (faster-whisper would download one)")
+            warnings.append(
+                f"ASR dir {path} has no tokenizer.json (faster-whisper would download one)"
+            )
             return None
         return path
     try:
@@ -138,7 +140,11 @@ def resolve_asr(spec: str, device: str = "auto", **whisper_options) -> AsrBacken
             load_secs=time.perf_counter() - started,
             options=whisper_options,
         )
-    what = "no faster-whisper model found on disk" if spec == "auto" else f"whisper model {spec!r} not available offline"
+    what = (
+        "no faster-whisper model found on disk"
+        if spec == "auto"
+        else f"whisper model {spec!r} not available offline"
+    )
     warnings.append(
         f"{what}; using pocketsphinx en-us instead (much less accurate). Put a CTranslate2 "
         "Whisper model under models/whisper-<name>/ or pass --asr DIR."

@@ -1,7 +1,8 @@
 """`diffvoice serve`: load the engine once, warm it up, resolve ASR/TTS offline, serve HTTP.
 
-    diffvoice serve [--host 127.0.0.1] [--port 8000] [--model DIR] [--asr auto|NAME|DIR|pocketsphinx]
-                    [--tts espeak|kokoro|piper] [--stop-secs 0.5] [--config serve.yaml] ...
+    diffvoice serve [--host 127.0.0.1] [--port 8000] [--model DIR]
+                    [--asr auto|NAME|DIR|pocketsphinx] [--tts espeak|kokoro|piper]
+                    [--stop-secs 0.5] [--config serve.yaml] ...
 
 Flags map 1:1 onto voice.config.ServeConfig fields (env DIFFVOICE_<FIELD> and a YAML/JSON config
 file work too). `add_arguments(parser)` and `run(args) -> int` are what engine.cli registers.
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         app = build_app(state)
         url = f"http://{config.host}:{config.port}/"
         logger.info(f"serving {'the API' if config.api_only else 'the voice demo'} at {url}")
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20)
+        uvicorn.run(
+            app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20
+        )
     finally:
         engine.close()
     return 0

@@ -26,7 +26,9 @@ from voice.protocol import STOP_SECS_RANGE
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"
 DEFAULT_WEB_DIR = REPO_ROOT / "web"
-ASR_CHOICES_HELP = '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, or "pocketsphinx"'
+ASR_CHOICES_HELP = (
+    '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, or "pocketsphinx"'
+)
 TTS_CHOICES = ("espeak", "kokoro", "piper")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -104,7 +106,9 @@ class ServeConfig:
     )
     api_keys: tuple[str, ...] = field(
         default=(),
-        metadata=_help("comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True),
+        metadata=_help(
+            "comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -134,7 +138,9 @@ class ServeConfig:
         if not all(isinstance(k, str) and k for k in self.api_keys):
             raise ValueError("api_keys must be non-empty strings")
         if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
-            raise ValueError(f"public_url must start with http:// or https://, got {self.public_url!r}")
+            raise ValueError(
+                f"public_url must start with http:// or https://, got {self.public_url!r}"
+            )
 
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)
@@ -191,7 +197,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
         help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         elif kind is tuple:
             parser.add_argument(flag, type=_split_csv, default=None, help=help_text)
         else:

@@ -264,7 +264,9 @@ SESSION_CONFIG_KEYS = {"stop_secs": _check_stop_secs}
 
 def _parse_object(text: str) -> dict[str, Any]:
     if len(text) > MAX_TEXT_FRAME_CHARS:
-        raise ProtocolError("frame_too_large", f"text frame of {len(text)} chars > {MAX_TEXT_FRAME_CHARS}")
+        raise ProtocolError(
+            "frame_too_large", f"text frame of {len(text)} chars > {MAX_TEXT_FRAME_CHARS}"
+        )
     try:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
@@ -278,7 +280,9 @@ def _parse_object(text: str) -> dict[str, Any]:
 
 def decode_audio(data: bytes) -> AudioIn:
     if len(data) > MAX_AUDIO_FRAME_BYTES:
-        raise ProtocolError("frame_too_large", f"audio frame of {len(data)} B > {MAX_AUDIO_FRAME_BYTES} B")
+        raise ProtocolError(
+            "frame_too_large", f"audio frame of {len(data)} B > {MAX_AUDIO_FRAME_BYTES} B"
+        )
     if len(data) % SAMPLE_WIDTH:
         raise ProtocolError("odd_pcm", f"audio frame of {len(data)} B is not whole int16 samples")
     return AudioIn(pcm=bytes(data))

@@ -76,7 +76,10 @@ class AppState:
                 from voice.tts import resolve_tts
 
                 tts = resolve_tts(config.tts, config.tts_voice, config.tts_model_dir)
-        warnings = [*(getattr(asr, "warnings", None) or []), *(getattr(tts, "warnings", None) or [])]
+        warnings = [
+            *(getattr(asr, "warnings", None) or []),
+            *(getattr(tts, "warnings", None) or []),
+        ]
         return cls(
             config=config,
             engine=engine,

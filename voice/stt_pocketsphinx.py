@@ -72,7 +72,9 @@ class PocketsphinxSTT(SegmentedSTTService):
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
         if self.sample_rate != 16000:
-            yield ErrorFrame(f"pocketsphinx needs 16 kHz input, pipeline runs at {self.sample_rate}")
+            yield ErrorFrame(
+                f"pocketsphinx needs 16 kHz input, pipeline runs at {self.sample_rate}"
+            )
             return
         await self.start_processing_metrics()
         try:

@@ -100,7 +100,11 @@ class TurnTracker:
         elif where == "llm":
             await self._on_llm(frame, now)
         elif where == "tts":
-            if isinstance(frame, TTSAudioRawFrame) and self._turn and not self._turn.tts_first_audio_t:
+            if (
+                isinstance(frame, TTSAudioRawFrame)
+                and self._turn
+                and not self._turn.tts_first_audio_t
+            ):
                 self._turn.tts_first_audio_t = now
         elif where == "out":
             await self._on_out(frame, now)

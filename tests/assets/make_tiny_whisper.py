@@ -1,7 +1,8 @@
 """Make the random-weight tiny faster-whisper model in tests/assets/whisper-tiny-random/.
 
-Random weights transcribe speech as gibberish (random words from a small BPE vocabulary): the model exists only so tests exercise the real
-faster-whisper/CTranslate2 loading and decoding path offline. Needs transformers + tokenizers +
+Random weights transcribe speech as gibberish (random pieces of a small BPE vocabulary): the
+model exists only so tests exercise the real faster-whisper/CTranslate2 loading and decoding path
+offline. Needs transformers + tokenizers +
 ctranslate2 (dev extras); nothing is downloaded.
 
     .venv/bin/python tests/assets/make_tiny_whisper.py
@@ -34,8 +35,12 @@ SPECIALS = [
 def main() -> int:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
-    from transformers import WhisperTokenizer
+    from transformers import (
+        WhisperConfig,
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+        WhisperTokenizer,
+    )
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -43,7 +48,9 @@ def main() -> int:
         bpe = Tokenizer(models.BPE())
         bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         trainer = trainers.BpeTrainer(
-            vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+            vocab_size=300,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
         )
         bpe.train_from_iterator(SENTENCES * 4, trainer)
         vocab = bpe.get_vocab()

@@ -65,7 +65,9 @@ def speech(tmp_path_factory):
     have_cli = shutil.which("espeak-ng") and shutil.which("sox")
 
     def make(text: str, lead_silence: float = 0.5, tail_silence: float = 1.2, rate_wpm=150):
-        pcm = _espeak_cli_pcm(text, cache, rate_wpm) if have_cli else _espeak_lib_pcm(text, rate_wpm)
+        pcm = (
+            _espeak_cli_pcm(text, cache, rate_wpm) if have_cli else _espeak_lib_pcm(text, rate_wpm)
+        )
         return bytes(int(16000 * lead_silence) * 2) + pcm + bytes(int(16000 * tail_silence) * 2)
 
     return make

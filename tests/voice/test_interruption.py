@@ -35,8 +35,8 @@ def _session_requests(engine, session_id: str) -> set[str]:
     return {r for r in engine.active_request_ids() if r.startswith(f"voice-{session_id}-")}
 
 
-async def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
+async def _wait_for(predicate, within: float, what: str):
+    deadline = time.monotonic() + within
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

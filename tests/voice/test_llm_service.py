@@ -109,7 +109,8 @@ async def test_overloaded_engine_gets_a_spoken_apology(tmp_path):
     from engine.testing import make_random_checkpoint
 
     engine = Engine.from_pretrained(
-        make_random_checkpoint(tmp_path / "m"), EngineConfig(device="cpu", max_running=1, max_queued=0)
+        make_random_checkpoint(tmp_path / "m"),
+        EngineConfig(device="cpu", max_running=1, max_queued=0),
     )
     try:
         hog_params = SamplingParams(max_new_tokens=1024, steps_per_block=32, ignore_eos=True)

@@ -12,7 +12,7 @@ from voice import protocol as p
 
 
 def _rand_text(rng: random.Random, n: int = 12) -> str:
-    alphabet = string.ascii_letters + " ,.?!éü€😀\"\\\n"
+    alphabet = string.ascii_letters + ' ,.?!éü€😀"\\\n'
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, n)))
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-
 import urllib.request
+from pathlib import Path
+
 import pytest
 from conftest import scaled
 from voice_client import connect, send_pcm
@@ -25,7 +26,9 @@ def _turn_done(call) -> bool:
 
 async def _one_call(server, pcm: bytes, stop_secs: float):
     async with connect(server.ws_url, config={"stop_secs": stop_secs}, until=_turn_done) as (
-        ws, call, done,
+        ws,
+        call,
+        done,
     ):
         await send_pcm(ws, pcm)
         await asyncio.wait_for(done.wait(), scaled(60))
@@ -35,7 +38,9 @@ async def _one_call(server, pcm: bytes, stop_secs: float):
 async def test_two_concurrent_spoken_calls(live_server, speech):
     a_pcm = speech("hello, can you tell me the opening hours")
     b_pcm = speech("how much does a haircut cost")
-    a, b = await asyncio.gather(_one_call(live_server, a_pcm, 0.4), _one_call(live_server, b_pcm, 0.6))
+    a, b = await asyncio.gather(
+        _one_call(live_server, a_pcm, 0.4), _one_call(live_server, b_pcm, 0.6)
+    )
     for call, stop_secs in ((a, 0.4), (b, 0.6)):
         assert call.started is not None
         assert call.started.output_sample_rate == live_server.state.tts.sample_rate
@@ -57,7 +62,8 @@ async def test_two_concurrent_spoken_calls(live_server, speech):
     assert a.started.session_id != b.started.session_id
 
     # the same turns reached the JSON-lines log and the Prometheus metrics
-    lines = [json.loads(x) for x in open(live_server.state.config.latency_log)]
+    log_text = await asyncio.to_thread(Path(live_server.state.config.latency_log).read_text)
+    lines = [json.loads(x) for x in log_text.splitlines()]
     logged = {(r["session_id"], r["turn"]) for r in lines}
     assert {(a.started.session_id, 1), (b.started.session_id, 1)} <= logged
     metrics = (await asyncio.to_thread(_get, live_server.url + "/metrics")).decode()
@@ -80,14 +86,16 @@ async def test_malformed_input_closes_only_that_session(live_server, speech, bad
     good_pcm = speech("where are you located")
 
     async def bad_call():
-        async with connect(live_server.ws_url, config={}, until=lambda c: False) as (ws, call, done):
+        async with connect(live_server.ws_url, config={}, until=lambda c: False) as (
+            ws,
+            call,
+            done,
+        ):
             await ws.send(bad)  # session.start was sent first, so a second one is "late"
             await asyncio.wait_for(done.wait(), scaled(30))
         return call
 
-    good, bad_result = await asyncio.gather(
-        _one_call(live_server, good_pcm, 0.4), bad_call()
-    )
+    good, bad_result = await asyncio.gather(_one_call(live_server, good_pcm, 0.4), bad_call())
     errors = bad_result.of(protocol.Error)
     assert [e.code for e in errors] == [code]
     assert bad_result.close_code == close and bad_result.close_reason == code

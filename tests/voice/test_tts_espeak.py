@@ -159,4 +159,6 @@ def test_split_clauses_long_text_without_punctuation():
     assert len(clauses) >= 2 and all(len(c) <= 10 for c in clauses)
     assert " ".join(clauses + [rest.strip()]).split() == "one two three four five six".split()
     hard, rest = split_clauses("営業時間は九時から五時までです", chunk_end=True, max_chars=8)
-    assert all(len(c) <= 9 for c in hard) and "".join(hard) + rest == "営業時間は九時から五時までです"
+    assert (
+        all(len(c) <= 9 for c in hard) and "".join(hard) + rest == "営業時間は九時から五時までです"
+    )
