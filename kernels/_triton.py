@@ -6,8 +6,10 @@ Contract:
   their `*_ref` functions (plain PyTorch) keep working.
 - On a machine without CUDA, compiled Triton cannot run at all, so before the first
   `import triton` we turn on Triton's CPU interpreter (`TRITON_INTERPRET=1`) unless the variable is
-  already set. The interpreter must be chosen before triton is imported: Triton decides per
-  `@triton.jit` function, at decoration time, including its own `tl.max`/`tl.sum`.
+  already set to something else. Triton decides per `@triton.jit` function, at decoration time,
+  including its own `tl.max`/`tl.sum`; so when some other library (transformers does) imported
+  triton first, we re-wrap triton.language's already-decorated helpers as interpreted functions,
+  exactly what the import would have built with the variable set. Only without CUDA.
 - `can_interpret()` tells whether the Triton path can run on CPU tensors in this process.
 
 This module knows nothing about individual kernels.
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import torch
 
-if not torch.cuda.is_available():
+_NO_CUDA = not torch.cuda.is_available()
+if _NO_CUDA:
     # Side effect, on CUDA-less machines only: lets Triton kernels run (slowly) on CPU tensors.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -64,6 +68,29 @@ except ImportError as exc:  # triton ships with CUDA builds of torch, not with t
 
     triton = _MissingTriton()  # type: ignore[assignment]
     tl = _MissingLanguage()  # type: ignore[assignment]
+
+
+def _interpret_already_imported_triton() -> None:
+    """Re-wrap triton.language's JIT helpers for the interpreter (see the module docstring)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(tl.max, InterpretedFunction):
+        return  # triton was imported with the interpreter on: nothing to do
+    wrapped: dict[int, InterpretedFunction] = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "triton.language" or
+                                  name.startswith("triton.language.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in wrapped:
+                    wrapped[id(value)] = InterpretedFunction(value.fn)
+                setattr(module, attr, wrapped[id(value)])
+
+
+if HAS_TRITON and _NO_CUDA and triton.knobs.runtime.interpret:
+    _interpret_already_imported_triton()
 
 
 def can_interpret() -> bool:

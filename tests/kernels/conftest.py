@@ -1,8 +1,9 @@
 """Shared setup for the kernel tests: device, seeding, and the tolerances (defined only here).
 
-Without CUDA the Triton kernels run under Triton's CPU interpreter, which must be switched on
-before triton is first imported (hence the environment line above the imports). On a GPU machine
-the same tests run the compiled kernels on CUDA tensors.
+Without CUDA the Triton kernels run under Triton's CPU interpreter, which is best switched on
+before triton is first imported (hence the environment line above the imports; kernels/_triton.py
+also recovers when another library imported triton earlier). On a GPU machine the same tests run
+the compiled kernels on CUDA tensors.
 
 bf16 comparisons follow flash-attention's test style: the kernel's max error against an fp32
 reference must stay within LOWP_FACTOR times the reference's own max error when it computes in
