@@ -70,6 +70,8 @@ class EngineConfig:
                   exact block cache of block-causal models is always on.
     batch_buckets: batch sizes are padded up to the next bucket (CUDA-graph friendly).
     enforce_eager: never capture CUDA graphs (always true on CPU).
+    static_shapes: pad decode-only passes to the graph buckets even without CUDA graphs (what the
+                  graph path does, runnable on CPU; a testing aid).
     """
 
     device: str = "auto"
@@ -80,6 +82,7 @@ class EngineConfig:
     prefix_cache: bool = True
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     enforce_eager: bool = False
+    static_shapes: bool = False
     kernels: str = "auto"
     default_params: SamplingParams = field(default_factory=SamplingParams)
 

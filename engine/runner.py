@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.cuda_graphs import StaticForward
 from engine.loader import LoadedModel
 from engine.params import EngineConfig
 from engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
@@ -46,6 +47,11 @@ class ModelRunner:
         self.seq = torch.full((slots, self.T + 1), self.mask_id, dtype=torch.long, device=device)
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
+        graphs = device.type == "cuda" and not config.enforce_eager
+        self.static = None
+        if self.mc.block_causal and (graphs or config.static_shapes):
+            self.static = StaticForward(self.model, self.kv, config.batch_buckets, self.T, device,
+                                        capture=graphs)
 
     def admit(self, s: Sequence) -> None:
         """Lay out the slot's canvas: prompt, masks to gen_end, EOS padding to the canvas end."""
@@ -84,9 +90,16 @@ class ModelRunner:
             write_pos = torch.where(store, positions, self.T)
         gather_pos = torch.where(valid, positions, self.T)
         ids = self.seq[slots[:, None], gather_pos]  # [B, L]
-        logits = self.model.forward_step(
-            ids, positions.clamp(min=0), key_valid, self.kv, slots, visible,
-            max(r.visible_cache for r in rows), write_pos, L - W - shift)[:, :W]  # [B, W, V]
+        cache_len_max = max(r.visible_cache for r in rows)
+        logits = None
+        if self.static is not None and write_pos is None:  # decode-only: fixed shapes
+            logits = self.static(ids, positions.clamp(min=0), key_valid, slots, visible,
+                                 cache_len_max, L - W - shift)
+        if logits is None:
+            logits = self.model.forward_step(ids, positions.clamp(min=0), key_valid, self.kv,
+                                             slots, visible, cache_len_max, write_pos,
+                                             L - W - shift)
+        logits = logits[:, :W]  # [B, W, V]
 
         wpos = positions[:, L - W:]  # [B, W] absolute position of each window slot
         cur = ids[:, L - W:]

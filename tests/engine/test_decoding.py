@@ -24,12 +24,18 @@ async def collect(engine, messages, params):
     return ids, text, last
 
 
-@pytest.fixture(scope="module", params=["sdar", "fast_dllm_v2", "dream", "llada"])
+@pytest.fixture(scope="module", params=["sdar", "fast_dllm_v2", "dream", "llada",
+                                        "sdar-static", "fast_dllm_v2-static"])
 def engine(request, tmp_path_factory):
+    """Each family; "-static" pads decode-only passes to batch/cache buckets exactly as the CUDA
+    graph path does (without capture), to show padding changes no token."""
+    family = request.param.removesuffix("-static")
     # larger init so random logits are peaked and ties (argmax order) are unlikely
-    path = make_random_checkpoint(tmp_path_factory.mktemp(request.param), family=request.param,
+    path = make_random_checkpoint(tmp_path_factory.mktemp(family), family=family,
                                   seed=1, init_std=0.3)
-    eng = Engine.from_pretrained(path, EngineConfig(max_running=4, prefix_cache=False))
+    eng = Engine.from_pretrained(path, EngineConfig(
+        max_running=4, prefix_cache=False, static_shapes=request.param.endswith("-static"),
+        batch_buckets=(2, 4)))
     yield eng
     eng.close()
 
@@ -48,6 +54,8 @@ async def test_batched_cached_decoding_matches_reference(engine, policy, kw):
         assert ids == ref
         assert len(ids) == 13 and last.finish_reason == "length"
         assert last.prompt_tokens == len(prompt) and last.completion_tokens == 13
+    if engine.config.static_shapes:  # the padded fixed-shape path really ran
+        assert engine.runner.static.shapes
 
 
 async def test_sub_blocks_and_eos_stop(engine):

@@ -1,0 +1,97 @@
+"""Fixed-shape denoising passes, captured once per shape as CUDA graphs and replayed.
+
+Only decode-only passes of block-causal models qualify: they write no K/V and feed exactly
+block + shift tokens per row, so a shape is (batch bucket, cache-length bucket). The batch is
+padded to the next bucket (padding rows read slot 0's cache, see no keys of their own and their
+outputs are dropped) and the visible cache to the next power of two (masked by cache_lens). Inputs
+are copied *in place* into the static buffers the graph captured; the logits come back in the
+graph's own output buffer, valid until the next replay. Passes that write K/V (prefill, the
+fused commit) run eagerly.
+
+On CPU (`capture=False`) the same padded call runs eagerly: tests use that to show padding and
+bucketing change no token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class _Static:
+    ids: torch.Tensor  # [Bb, L]
+    positions: torch.Tensor  # [Bb, L]
+    key_valid: torch.Tensor  # [Bb, L]
+    slots: torch.Tensor  # [Bb]
+    cache_lens: torch.Tensor  # [Bb]
+    out: torch.Tensor | None = None  # logits [Bb, W + shift, V], owned by the graph
+    graph: object = None
+
+
+class StaticForward:
+    def __init__(self, model, kv_cache, buckets: tuple[int, ...], max_seq_len: int,
+                 device: torch.device, capture: bool):
+        self.model, self.kv = model, kv_cache
+        self.buckets, self.max_seq_len = buckets, max_seq_len
+        self.device, self.capture = device, capture
+        self.shapes: dict[tuple[int, int, int, int], _Static] = {}
+        self.pool = torch.cuda.graph_pool_handle() if capture else None
+
+    def shape_for(self, batch: int, length: int, cache_len_max: int, logits_start: int):
+        bucket = next((b for b in self.buckets if b >= batch), None)
+        if bucket is None:
+            return None
+        tc = 16
+        while tc < cache_len_max:
+            tc *= 2
+        return bucket, length, min(tc, self.max_seq_len), logits_start
+
+    def __call__(self, ids, positions, key_valid, slots, cache_lens, cache_len_max: int,
+                 logits_start: int) -> torch.Tensor | None:
+        """Logits [B, L - logits_start, V], or None when no bucket fits (caller runs eager)."""
+        b = ids.shape[0]
+        key = self.shape_for(b, ids.shape[1], cache_len_max, logits_start)
+        if key is None:
+            return None
+        st = self.shapes.get(key) or self._allocate(key)
+        st.ids[:b].copy_(ids)  # in place: these buffers are what the graph reads
+        st.positions[:b].copy_(positions)
+        st.key_valid[:b].copy_(key_valid)
+        st.slots[:b].copy_(slots)
+        st.cache_lens[:b].copy_(cache_lens)
+        st.key_valid[b:] = False
+        st.cache_lens[b:] = 0
+        if not self.capture:
+            return self._forward(st, key)[:b]
+        if st.graph is None:
+            self._capture(st, key)
+        st.graph.replay()
+        return st.out[:b]
+
+    def _allocate(self, key) -> _Static:
+        bucket, length, _, _ = key
+        z = lambda dtype: torch.zeros((bucket, length), dtype=dtype, device=self.device)  # noqa: E731
+        st = _Static(z(torch.long), z(torch.long), z(torch.bool),
+                     torch.zeros(bucket, dtype=torch.long, device=self.device),
+                     torch.zeros(bucket, dtype=torch.long, device=self.device))
+        self.shapes[key] = st
+        return st
+
+    def _forward(self, st: _Static, key) -> torch.Tensor:
+        _, _, tc, logits_start = key
+        return self.model.forward_step(st.ids, st.positions, st.key_valid, self.kv, st.slots,
+                                       st.cache_lens, tc, None, logits_start)
+
+    def _capture(self, st: _Static, key) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (Triton autotune, allocator) off the capture
+            for _ in range(2):
+                self._forward(st, key)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            st.out = self._forward(st, key)
+        st.graph = graph

@@ -1,0 +1,73 @@
+"""The shipped models/receptionist-tiny through the public loader and Engine: it loads, answers
+held-out questions (templates never seen in training) with the right fact at the default decoding
+setting, and ends its replies by itself. Also drives `diffvoice eval-model` on it."""
+
+import argparse
+import asyncio
+import json
+
+import pytest
+
+from engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
+from engine.loader import load_checkpoint
+from engine.train.cli import add_eval_arguments, run_eval
+from engine.train.data import DataGenerator
+from engine.train.evaluate import score
+from engine.train.facts import load_facts
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
+                                reason="models/receptionist-tiny not present")
+
+
+def test_shipped_checkpoint_is_small_and_block_causal():
+    files = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir() if p.is_file())
+    assert files < 40 * 2**20
+    loaded = load_checkpoint(DEFAULT_MODEL_DIR)
+    cfg = loaded.config
+    assert cfg.family == "sdar" and cfg.block_size == 8
+    assert cfg.mask_token_id == loaded.tokenizer.token_id("<|mask|>")
+    assert loaded.tokenizer.token_id("<|end|>") in cfg.eos_token_ids
+
+
+def test_shipped_model_answers_heldout_questions_with_the_right_fact():
+    gen = DataGenerator(load_facts(DEFAULT_MODEL_DIR / "facts.yaml"))
+    facts = [e for e in gen.eval_set(seed=1234) if e.kind == "fact"]
+    picks = facts[:: len(facts) // 12][:12]  # evenly spaced over intents; fixed, not chosen
+    engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(max_running=4))
+    params = SamplingParams(max_new_tokens=64)  # the default: low_confidence, 4 steps per block
+
+    async def ask(example):
+        deltas = [d async for d in engine.generate(
+            [{"role": "system", "content": "You are a friendly phone receptionist."},
+             {"role": "user", "content": example.question}], params)]
+        return "".join(d.text for d in deltas), deltas[-1].finish_reason
+
+    async def ask_all():
+        return await asyncio.gather(*(ask(e) for e in picks))
+
+    try:
+        replies = asyncio.run(ask_all())
+    finally:
+        engine.close()
+    correct = [score(e, text)[0] for e, (text, _) in zip(picks, replies, strict=True)]
+    report = [(e.question, text, ok) for e, (text, _), ok in zip(picks, replies, correct,
+                                                                  strict=True)]
+    assert sum(correct) >= 10, report
+    assert all(reason == "stop" for _, reason in replies), report
+
+
+def test_eval_model_cli_reports_every_setting(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    add_eval_arguments(parser)
+    out = tmp_path / "eval.json"
+    args = parser.parse_args(["--limit", "4", "--settings", "low_confidence:2", "threshold:0.9",
+                              "--no-chitchat", "--out", str(out)])
+    assert run_eval(args) == 0
+    table = capsys.readouterr().out
+    assert "| low_confidence:2 |" in table and "| threshold:0.9 |" in table
+    report = json.loads(out.read_text())
+    for res in report["settings"].values():
+        assert res["summary"]["n"] == 4 and res["summary"]["latency_mean_s"] > 0
+    bad = parser.parse_args(["--settings", "nonsense:3", "--limit", "1"])
+    assert run_eval(bad) == 2
+    assert "nonsense:3" in capsys.readouterr().err
