@@ -186,9 +186,11 @@ def run(args: argparse.Namespace) -> int:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
                                              enforce_eager=eager, max_queued=4 * args.prompts))
         try:
-            asyncio.run(measure(engine, chats[:2], params, 1))  # warm-up
-            per_batch = {b: asyncio.run(measure(engine, chats * (1 if b == 1 else max(1, b // 4)),
-                                                params, b)) for b in batches}
+            per_batch = {}
+            for b in batches:  # warm-up at each level first (lazy init, CUDA-graph capture)
+                asyncio.run(measure(engine, (chats * b)[: max(2, b)], params, b))
+                per_batch[b] = asyncio.run(measure(
+                    engine, chats * (1 if b == 1 else max(1, b // 4)), params, b))
             by_context = {}
             for ctx in args.context:
                 ctx_chats = prompt_messages(loaded.tokenizer, min(args.prompts, 5), ctx)
