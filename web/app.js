@@ -97,7 +97,10 @@ function renderWarnings() {
 
 function renderSessionInfo() {
   const s = state.session;
-  $("info-server").textContent = s ? `${session.url} · session ${s.session_id}` : "not connected";
+  const live = state.status === "listening";
+  $("info-server").textContent = s
+    ? `${session.url} · session ${s.session_id}${live ? "" : " (ended)"}`
+    : "not connected";
   $("info-model").textContent = s ? s.model : "—";
   $("info-asr").textContent = s ? s.asr : "—";
   $("info-tts").textContent = s ? s.tts : "—";

@@ -36,7 +36,8 @@ pytestmark = [
     pytest.mark.skipif(bool(_missing), reason=f"browser test needs: {', '.join(_missing)}"),
 ]
 
-SPOKEN_TEXT = "Hello! What time do you open tomorrow morning?"
+# one breath, no comma: the VAD must hear a single turn (a pause could split it in two)
+SPOKEN_TEXT = "Hello what time do you open tomorrow morning"
 STOP_SECS = 0.5
 UNIT_MS = 1000 * timeout_scale()  # every wait below is a multiple of this
 
@@ -50,8 +51,10 @@ def spoken_wav(tmp_path_factory):
     return make_spoken_wav(tmp_path_factory.mktemp("mic") / "caller.wav", SPOKEN_TEXT)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def playwright_driver():
+    """Per test: sync playwright keeps an event loop marked running on this thread while it is
+    open, and fixtures such as conftest's `random_engine` call asyncio.run() in their setup."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as driver:
@@ -204,3 +207,165 @@ def test_playback_queue_is_gap_free_and_flushes_at_once(playwright_driver):
     assert result["restartDelay"] < 0.2
     assert result["final"]["chunksPlayed"] == before["chunksPlayed"] + 1
     assert watch.errors == []
+
+
+# ----------------------------------------------------------------------------- with the agent
+
+
+@pytest.fixture(scope="module")
+def voice_state(random_engine, tmp_path_factory):
+    """The real server state: random-weight diffusion LLM (conftest's `random_engine`), espeak
+    TTS, and an ASR spec that names a Whisper model which is not on disk, so the server falls
+    back to pocketsphinx and warns, and the page must show that warning."""
+    from voice.asr import resolve_asr
+    from voice.config import ServeConfig
+    from voice.state import AppState
+
+    tmp = tmp_path_factory.mktemp("browser-server")
+    config = ServeConfig(
+        port=0,
+        model="random-sdar",
+        device="cpu",
+        asr=str(tmp / "whisper-not-downloaded"),
+        stop_secs=0.8,  # the page asks for STOP_SECS in session.start; the row must show that
+        max_new_tokens=16,
+        max_sessions=4,
+        latency_log=str(tmp / "turns.jsonl"),
+    )
+    asr = resolve_asr(config.asr, "cpu")
+    assert asr.kind == "pocketsphinx", asr
+    return AppState.create(config, random_engine, asr=asr)
+
+
+def _voice_server(state) -> LoopbackServer:
+    from voice.server import create_app
+
+    return LoopbackServer(create_app(state))
+
+
+def test_denied_microphone_is_explained(playwright_driver, voice_state):
+    """The user refuses the mic: the page says how to allow it and closes its session."""
+    # no --use-fake-ui-for-media-stream here: that flag would accept the prompt
+    args = [a for a in chromium_args() if a != "--use-fake-ui-for-media-stream"]
+    browser = _launch(playwright_driver, args)
+    try:
+        with _voice_server(voice_state) as server:
+            context = browser.new_context()
+            page = context.new_page()
+            watch = PageWatch(page)
+            target = context.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]
+            browser.new_browser_cdp_session().send(
+                "Browser.setPermission",
+                {
+                    "permission": {"name": "microphone"},
+                    "setting": "denied",
+                    "origin": server.url,
+                    "browserContextId": target["browserContextId"],
+                },
+            )
+            page.goto(server.url + "/")
+            page.click("#mic")
+            page.wait_for_function("window.diffvoice.status === 'error'", timeout=_ms(60))
+            state = _state(page)
+            assert state["notice"]["kind"] == "denied"
+            notice = page.locator("#notice").inner_text()
+            assert "Microphone access was denied" in notice and "Allow the microphone" in notice
+            assert state["audio"]["framesSent"] == 0
+            # the page hung up: the server's session ends too
+            deadline_ms = _ms(30)
+            page.wait_for_timeout(200)
+            waited = 200
+            while voice_state.active_sessions and waited < deadline_ms:
+                page.wait_for_timeout(200)
+                waited += 200
+            assert not voice_state.active_sessions
+            assert watch.errors == []
+            _screenshot(page, "mic-denied")
+    finally:
+        browser.close()
+
+
+ANSWER_DONE = """() => {
+  const s = window.diffvoice, a = s.audio;
+  return s.finalTranscripts.length > 0 && s.botTurns.length > 0 && s.latency.length > 0
+    && (s.eventCounts["bot.stopped_speaking"] || 0) > 0
+    && a.chunksPlayed > 0 && a.chunksPlayed + a.chunksFlushed === a.chunksReceived;
+}"""
+
+
+def test_page_talks_with_the_agent_then_reports_the_dropped_connection(
+    playwright_driver, spoken_wav, voice_state
+):
+    """Click the mic, say one sentence (the fake mic WAV), and check the page against the wire:
+    transcript and bot text shown as sent, every bot audio sample played, latency row with
+    stop_secs, fallback warning shown. Then stop the server: the page must say so."""
+    browser = _launch(playwright_driver, chromium_args(spoken_wav))
+    server = _voice_server(voice_state)
+    try:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        watch = PageWatch(page)
+        page.goto(f"{server.url}/?stop_secs={STOP_SECS}")
+        mic = page.locator("#mic")
+        assert mic.get_attribute("aria-pressed") == "false"
+        mic.click()
+        page.wait_for_function("window.diffvoice.status === 'listening'", timeout=_ms(60))
+        assert mic.get_attribute("aria-pressed") == "true"
+        page.wait_for_function(ANSWER_DONE, timeout=_ms(120))
+        state = _state(page)
+        _screenshot(page, "conversation")
+
+        started = watch.of_type("session.started")[0]
+        assert state["session"]["session_id"] == started["session_id"]
+        assert started["stop_secs"] == STOP_SECS  # the page's session.start was honoured
+        # session panel and the pocketsphinx fallback warning, as the server announced them
+        assert page.locator("#info-model").inner_text() == started["model"]
+        assert page.locator("#info-asr").inner_text() == started["asr"]
+        assert page.locator("#info-stop").inner_text() == f"{STOP_SECS:.2f} s"
+        assert any("pocketsphinx" in w for w in started["warnings"]), started["warnings"]
+        assert page.locator("#warnings li").all_inner_texts() == started["warnings"]
+
+        # what the caller said: the final transcripts sent, shown as the user's turns
+        transcripts = watch.of_type("transcript")
+        finals = [e["text"] for e in transcripts if e["final"] and e["text"].strip()]
+        assert finals, "the server sent no final transcript"
+        assert page.locator("#log .turn.user:not(.interim)").all_text_contents() == finals
+        # what the bot said: the concatenated bot.text deltas, shown as one answer
+        bot_text = "".join(e["text"] for e in watch.of_type("bot.text"))
+        assert bot_text.strip(), "the server sent no bot text"
+        assert page.locator("#log .turn.bot").all_text_contents() == [bot_text]
+
+        # what the bot said out loud: every sample sent was played to the end, none dropped
+        audio = state["audio"]
+        assert watch.audio_bytes > 0
+        assert audio["chunksFlushed"] == 0 and audio["flushes"] == 0
+        assert audio["samplesPlayed"] == watch.audio_bytes // 2
+        assert audio["samplesPlayed"] / started["output_sample_rate"] > 0.2  # seconds
+        assert audio["peakPlayed"] > 0.01  # not silence
+        # the mic really streamed: at least the spoken part, in 20 ms frames
+        assert audio["framesSent"] >= 100 and audio["framesDropped"] == 0
+
+        # latency HUD: one row per latency event, stop_secs beside the figures
+        latency = watch.of_type("latency")
+        rows = page.locator("#hud-body tr")
+        assert rows.count() == len(latency) >= 1
+        first_row = rows.nth(0).locator("th, td").all_inner_texts()
+        record = latency[0]
+        assert first_row[1] == f"{record['stop_secs']:.2f} s" == f"{STOP_SECS:.2f} s"
+        assert first_row[6] == f"{round(record['server_ms'])} ms"
+        # the browser heard the answer after the server sent it (same clock on loopback)
+        browser_ms = state["latency"][0]["browser_ms"]
+        assert browser_ms is not None and browser_ms >= record["server_ms"] - 5
+        assert watch.errors == []
+
+        # the server goes away mid-session: the page must say the connection dropped
+        server.stop()
+        page.wait_for_function("window.diffvoice.status === 'error'", timeout=_ms(30))
+        state = _state(page)
+        assert state["notice"]["kind"] == "dropped", state["notice"]
+        assert "server" in page.locator("#notice").inner_text()
+        assert page.locator("#mic-label").inner_text() == "Try again"
+        _screenshot(page, "dropped")
+    finally:
+        browser.close()
+        if server.thread.is_alive():
+            server.stop()
