@@ -157,10 +157,11 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         pending = self._first_chunk_pending
         self._first_chunk_pending = False
+        write_t = time.time()
         written = await super().write_audio_frame(frame)
         if written and pending:
             self._run_open = True
-            await self._send_mark(self._tracker.speech_started(time.time()))
+            await self._send_mark(self._tracker.speech_started(write_t))
         return written
 
 

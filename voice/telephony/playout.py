@@ -10,7 +10,8 @@ when that chunk had been played to the caller.
 
 :class:`PlayoutTracker` is sans-I/O. The transport tells it:
 
-- ``speech_started(now) -> mark_name``: the first chunk of a run was just sent; send this mark.
+- ``speech_started(write_t) -> mark_name``: the first chunk of a run was written to the socket
+  at ``write_t``; send this mark right after it.
 - ``speech_stopped(now) -> mark_name``: the run ended; send this mark (its echo = playback done).
 - ``interrupted(now)``: we sent ``clear``. Twilio drops the buffered audio and echoes all
   outstanding marks at once, so echoes of marks outstanding at that moment do not mean "heard".
@@ -27,8 +28,10 @@ as a copy with these fields added:
   ``None`` if the caller never heard it (cleared, call ended, or no echo in time). This is an
   upper bound by one chunk (20-40 ms) on when the caller started hearing the answer, and it is
   measured at Twilio's media edge: carrier transit to the handset is not included.
-- ``playout_ms``: ``first_audio_heard_t - first_audio_sent_t`` in ms (Twilio's buffer + the
-  network both ways), or ``None``.
+- ``first_chunk_written_t``: when that first chunk was written to the socket (our own clock,
+  so the difference below is causal even on loopback).
+- ``playout_ms``: ``first_audio_heard_t - first_chunk_written_t`` in ms (the network both ways
+  plus Twilio's buffer), or ``None``.
 - ``heard_ms``: ``first_audio_heard_t - vad_stop_t`` in ms, or ``None``.
 - ``playout``: "heard" | "cleared" | "no_echo" | "no_audio".
 
@@ -81,12 +84,12 @@ class PlayoutTracker:
         self.closed = False
 
     # -- transport side ------------------------------------------------------------------------
-    def speech_started(self, now: float) -> str:
+    def speech_started(self, write_t: float) -> str:
         self._run_count += 1
         name = f"{self._prefix}-{self._run_count}-first"
-        self._runs.append(_Run(self._run_count, now, name))
+        self._runs.append(_Run(self._run_count, write_t, name))
         self._outstanding.add(name)
-        self._resolve(now)
+        self._resolve(write_t)
         return name
 
     def speech_stopped(self, now: float) -> str:
@@ -162,8 +165,9 @@ class PlayoutTracker:
             outcome = "cleared"
         else:
             outcome = "no_echo"
-        sent_t = record.get("first_audio_sent_t")
+        sent_t = run.started_t if run is not None else None
         vad_stop_t = record.get("vad_stop_t")
+        out["first_chunk_written_t"] = sent_t
         out["first_audio_heard_t"] = heard_t
         out["playout_ms"] = (
             round((heard_t - sent_t) * 1000.0, 1) if heard_t is not None and sent_t else None

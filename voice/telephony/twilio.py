@@ -66,7 +66,8 @@ STATUS_FIELDS = (
 )  # fmt: skip
 _PLAYOUT_FIELDS = (
     "turn", "session_id", "interrupted", "vad_stop_t", "first_audio_sent_t", "server_ms",
-    "first_audio_heard_t", "playout_ms", "heard_ms", "playout", "call_sid", "stream_sid",
+    "first_chunk_written_t", "first_audio_heard_t", "playout_ms", "heard_ms", "playout",
+    "call_sid", "stream_sid",
 )  # fmt: skip
 _log_lock = threading.Lock()
 
@@ -323,6 +324,13 @@ async def _run_call(
     finally:
         for task in cancel_tasks:
             await asyncio.gather(task, return_exceptions=True)
+        turn_tracker = getattr(worker, "diffvoice_tracker", None)
+        if turn_tracker is not None:
+            # Flushes a turn that never produced audio, so its record is still written.
+            try:
+                await turn_tracker.close()
+            except Exception as e:
+                logger.warning("twilio %s: closing the turn tracker failed: %r", call.call_sid, e)
         tracker.close(time.time())
         calls.calls.pop(call.call_sid, None)
         if sessions is not None:
