@@ -283,11 +283,14 @@ function onClose({ byUser, message }) {
 
 // ---------------------------------------------------------------- start / stop
 
+// settings come from the form, or from the URL (?stop_secs=0.6&mic_processing=0) for links
+const query = new URLSearchParams(location.search);
+if (query.has("stop_secs")) $("stop-secs").value = query.get("stop_secs");
+if (query.get("mic_processing") === "0") $("mic-processing").checked = false;
+
 function sessionConfig() {
-  const config = {};
-  const raw = $("stop-secs").value || new URLSearchParams(location.search).get("stop_secs");
-  if (raw) config.stop_secs = Number(raw);
-  return config;
+  const raw = $("stop-secs").value;
+  return raw ? { stop_secs: Number(raw) } : {};
 }
 
 async function start() {
@@ -305,6 +308,7 @@ async function start() {
     mic = await Mic.open(context, {
       targetRate: started.input_sample_rate,
       frameMs: 20,
+      processing: $("mic-processing").checked,
       onFrame: onMicFrame,
     });
     setStatus("listening");

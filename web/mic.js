@@ -2,9 +2,10 @@
  * Microphone capture: getUserMedia -> MediaStreamSource -> "diffvoice-mic" AudioWorklet.
  *
  * Contract:
- *  - await Mic.open(context, { targetRate, frameMs, onFrame(pcmArrayBuffer, level) })
- *    asks for the microphone, loads the worklet and starts delivering PCM16 frames at
- *    targetRate. It throws MicError with a `kind` ("insecure", "denied", "no-device",
+ *  - await Mic.open(context, { targetRate, frameMs, processing, onFrame(pcmArrayBuffer, level) })
+ *    asks for the microphone (with the browser's echo cancellation, noise suppression and
+ *    gain control when `processing`), loads the worklet and starts delivering PCM16 frames
+ *    at targetRate. It throws MicError with a `kind` ("insecure", "denied", "no-device",
  *    "busy", "unsupported", "failed") and a message a user can act on.
  *  - mic.close() stops the worklet and releases the device (the browser's mic light goes off).
  *
@@ -50,7 +51,7 @@ export class Mic {
     this.node = node;
   }
 
-  static async open(context, { targetRate = 16000, frameMs = 20, onFrame }) {
+  static async open(context, { targetRate = 16000, frameMs = 20, processing = true, onFrame }) {
     if (!window.isSecureContext || !navigator.mediaDevices?.getUserMedia) {
       throw new MicError(
         window.isSecureContext ? "unsupported" : "insecure",
@@ -68,9 +69,11 @@ export class Mic {
       stream = await navigator.mediaDevices.getUserMedia({
         audio: {
           channelCount: 1,
-          echoCancellation: true, // keeps the bot's own voice out of the mic (barge-in)
-          noiseSuppression: true,
-          autoGainControl: true,
+          // echo cancellation keeps the bot's own voice (from speakers) out of the mic, so it
+          // cannot barge in on itself; with headphones, raw capture is cleaner for the ASR
+          echoCancellation: processing,
+          noiseSuppression: processing,
+          autoGainControl: processing,
         },
         video: false,
       });

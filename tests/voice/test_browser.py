@@ -105,6 +105,15 @@ def _screenshot(page, name: str) -> None:
     print(f"screenshot: {path}")
 
 
+def _wait_until(page, predicate, timeout_ms: float) -> None:
+    """Poll a Python-side condition while letting the page run."""
+    waited = 0.0
+    while not predicate():
+        assert waited < timeout_ms, f"condition not met within {timeout_ms:.0f} ms"
+        page.wait_for_timeout(100)
+        waited += 100
+
+
 def _static_web_app() -> Starlette:
     """Serves web/ only: no /ws, i.e. a page whose voice server is not there."""
     app = Starlette()
@@ -272,13 +281,7 @@ def test_denied_microphone_is_explained(playwright_driver, voice_state):
             assert "Microphone access was denied" in notice and "Allow the microphone" in notice
             assert state["audio"]["framesSent"] == 0
             # the page hung up: the server's session ends too
-            deadline_ms = _ms(30)
-            page.wait_for_timeout(200)
-            waited = 200
-            while voice_state.active_sessions and waited < deadline_ms:
-                page.wait_for_timeout(200)
-                waited += 200
-            assert not voice_state.active_sessions
+            _wait_until(page, lambda: not voice_state.active_sessions, _ms(30))
             assert watch.errors == []
             _screenshot(page, "mic-denied")
     finally:
@@ -356,6 +359,15 @@ def test_page_talks_with_the_agent_then_reports_the_dropped_connection(
         browser_ms = state["latency"][0]["browser_ms"]
         assert browser_ms is not None and browser_ms >= record["server_ms"] - 5
         assert watch.errors == []
+
+        # hang up with the button: the server's session ends; click again: a new session
+        mic.click()
+        page.wait_for_function("window.diffvoice.status === 'stopped'", timeout=_ms(10))
+        assert mic.get_attribute("aria-pressed") == "false"
+        _wait_until(page, lambda: not voice_state.active_sessions, _ms(30))
+        mic.click()
+        page.wait_for_function("window.diffvoice.status === 'listening'", timeout=_ms(60))
+        assert len(watch.of_type("session.started")) == 2
 
         # the server goes away mid-session: the page must say the connection dropped
         server.stop()
