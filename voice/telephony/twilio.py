@@ -2,8 +2,9 @@
 
 Contract
 --------
-``make_router(state, *, calls=None) -> APIRouter`` (``state``: voice.state.AppState, which holds
-``config`` and ``engine``) serves:
+``make_router(state, *, calls=None, build_pipeline=None) -> APIRouter`` (``state``:
+voice.state.AppState; uses ``config``, and when present ``latency_log``, ``active_sessions`` and
+``metrics``; ``build_pipeline`` defaults to voice.pipeline.build_pipeline) serves:
 
 - ``POST /telephony/twilio/voice``: checks ``X-Twilio-Signature`` against the public webhook URL
   and the form parameters (403 and a log line if missing or wrong), then answers TwiML
