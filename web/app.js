@@ -325,8 +325,9 @@ async function start() {
 }
 
 function onMicFrame(pcm, level) {
-  if (session && session.sendAudio(pcm)) state.audio.framesSent = session.framesSent;
-  else if (session) state.audio.framesDropped = session.framesDropped;
+  const outcome = session ? session.sendAudio(pcm) : "closed";
+  if (outcome === "sent") state.audio.framesSent += 1;
+  else if (outcome === "dropped") state.audio.framesDropped += 1;
   $("meter-fill").style.transform = `scaleX(${Math.min(1, level * 4).toFixed(3)})`;
 }
 

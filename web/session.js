@@ -10,8 +10,8 @@
  *    server closed before session.started, e.g. overloaded) or "timeout".
  *  - After start: onEvent(event) for every JSON event, onAudio(ArrayBuffer) for every binary
  *    frame (PCM16 at started.output_sample_rate), onClose({code, reason, byUser, message}) once.
- *  - s.sendAudio(pcmArrayBuffer): drops the frame (and counts it) while the socket is backed
- *    up, so a slow link never builds seconds of hidden latency.
+ *  - s.sendAudio(pcmArrayBuffer) -> "sent" | "dropped" | "closed": drops the frame (and counts
+ *    it) while the socket is backed up, so a slow link never builds seconds of hidden latency.
  *  - s.close() ends the session normally (code 1000). s.rttMs is the last ping round trip.
  *
  * Knows nothing about audio devices or the DOM.
@@ -154,15 +154,16 @@ export class Session {
     return this.ws !== null && this.ws.readyState === WebSocket.OPEN;
   }
 
+  /** @returns {"sent" | "dropped" | "closed"} what happened to this frame */
   sendAudio(pcm) {
-    if (!this.open || !this.started) return false;
+    if (!this.open || !this.started) return "closed";
     if (this.ws.bufferedAmount > MAX_BUFFERED_BYTES) {
       this.framesDropped += 1;
-      return false;
+      return "dropped";
     }
     this.ws.send(pcm);
     this.framesSent += 1;
-    return true;
+    return "sent";
   }
 
   ping() {
