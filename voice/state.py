@@ -71,7 +71,10 @@ class AppState:
             if asr is None:
                 from voice.asr import resolve_asr
 
-                asr = resolve_asr(config.asr, config.device)
+                facts = Path(config.model) / "facts.yaml"  # the model's own fact sheet
+                asr = resolve_asr(
+                    config.asr, config.device, facts_path=facts if facts.is_file() else None
+                )
             if tts is None:
                 from voice.tts import resolve_tts
 
