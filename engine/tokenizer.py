@@ -94,7 +94,8 @@ class Detokenizer:
     """Turns a growing list of committed ids into text deltas.
 
     A delta never ends inside a UTF-8 sequence or inside a word: text after the last whitespace is
-    held back until more ids arrive or `flush()` is called at the end of the answer.
+    held back until more ids arrive or `flush()` is called at the end of the answer. Byte tokens
+    that never form valid UTF-8 (an untrained model emits them) are dropped, not replaced.
     """
 
     def __init__(self, tokenizer: ChatTokenizer):
@@ -104,8 +105,10 @@ class Detokenizer:
 
     def _delta(self, final: bool) -> str:
         text = self.tokenizer.decode(self.ids)
-        if not final:
+        if not final:  # a trailing partial UTF-8 sequence may still be completed
             text = text.rstrip("\ufffd")
+        text = text.replace("\ufffd", "")  # bytes that are not UTF-8 never reach the caller
+        if not final:  # hold back a word that the next block may continue
             cut = max(text.rfind(" "), text.rfind("\n"))
             text = text[:cut] if cut > 0 else ""
         if not text.startswith(self.emitted) or len(text) <= len(self.emitted):

@@ -48,3 +48,15 @@ def test_detokenizer_deltas_rebuild_text_without_split_words_or_broken_utf8(tok)
         for delta in out[:-1]:
             joined += delta
             assert joined == "" or text[len(joined)] in " \n", (joined, text)
+
+
+def test_invalid_utf8_bytes_never_reach_the_caller(tok):
+    """A lone continuation byte (what random weights produce) is dropped, not sent as U+FFFD."""
+    byte_level = tok.tokenizer.pre_tokenizer  # ByteLevel: byte 0x80 -> its alphabet symbol
+    symbol = byte_level.pre_tokenize_str("\u00e9")[0][0][1]  # "é" = 0xC3 0x89 -> two symbols
+    lone = tok.token_id(symbol)  # 0x89 alone is a continuation byte: invalid UTF-8
+    assert lone is not None
+    det = Detokenizer(tok)
+    out = det.feed(tok.encode("Hello ") + [lone] + tok.encode(" there friend"))
+    out += det.flush()
+    assert "\ufffd" not in out and out.replace(" ", "") == "Hellotherefriend"
