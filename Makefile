@@ -25,12 +25,14 @@ $(VENV)/.dev-stamp: $(VENV)/.runtime-stamp
 setup: $(VENV)/.runtime-stamp
 setup-dev: $(VENV)/.dev-stamp
 
-# Debian packages the tests use: espeak-ng/sox make spoken test audio, chromium runs the page.
+# Debian packages the tests use: espeak-ng/sox make spoken test audio, chromium runs the page,
+# node runs the page's JavaScript unit tests.
 system-deps:
 	@missing=""; \
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
 	command -v sox >/dev/null || missing="$$missing sox"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
