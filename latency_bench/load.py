@@ -115,7 +115,7 @@ def make_report(config: BenchConfig, levels: Sequence[LevelResult], *, url: str,
     """The report dict: sweep summaries, per-turn records, where and what was measured."""
     shared = config.shared_clock
     announced = next((s for lv in levels for s in lv.sessions if "model" in s), {})
-    server = {**announced, **(server or {})}
+    server = {**(server or {}), **announced}   # what a session was told wins over /healthz
     report_config = {
         "protocol": config.protocol,
         "url": url,
