@@ -24,6 +24,10 @@ from loguru import logger
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TINY_WHISPER = ASSETS / "whisper-tiny-random"
 SCALE = float(os.environ.get("DIFFVOICE_TEST_TIMEOUT_SCALE", "1"))
+# Sampled (seeded, so reproducible) answers from the random model: greedy decoding of random
+# weights tends to repeat one byte-level token with no spaces, which the detokenizer holds back
+# until the end; sampling gives several word-bounded deltas, like a real model's blocks.
+RANDOM_LLM = {"temperature": 1.0, "seed": 7}
 
 logger.remove()
 logger.add(sys.stderr, level=os.environ.get("DIFFVOICE_TEST_LOG_LEVEL", "WARNING"))
@@ -140,7 +144,7 @@ def voice_state(random_engine, tmp_path_factory):
     )  # fmt: skip
     asr = resolve_asr(config.asr, "cpu", no_speech_threshold=None, max_new_tokens=8)
     assert asr.kind == "whisper", asr.warnings
-    return AppState.create(config, random_engine, asr=asr)
+    return AppState.create(config, random_engine, asr=asr, llm_overrides=RANDOM_LLM)
 
 
 @pytest.fixture(scope="module")

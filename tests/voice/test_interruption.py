@@ -8,14 +8,14 @@ import asyncio
 import time
 
 import pytest
-from conftest import TINY_WHISPER, LiveServer, scaled
+from conftest import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 from voice_client import connect, send_pcm
 
 from voice import protocol
 
 # An answer budget that takes the random engine tens of seconds to finish, so that a request
 # still running after the barge-in could only have been stopped by the interruption.
-LONG_ANSWER = {"max_new_tokens": 1024, "steps_per_block": 32, "ignore_eos": True}
+LONG_ANSWER = {"max_new_tokens": 1024, "steps_per_block": 32, "ignore_eos": True, **RANDOM_LLM}
 
 
 @pytest.fixture(scope="module")
