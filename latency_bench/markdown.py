@@ -31,10 +31,14 @@ def fmt_ms(value: float | None) -> str:
 
 def _fmt_config_value(value: Any) -> str:
     if isinstance(value, Mapping):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
+        return ", ".join(f"{k}={_fmt_nested(v)}" for k, v in value.items())
     if isinstance(value, list | tuple):
         return ", ".join(str(v) for v in value)
     return str(value)
+
+
+def _fmt_nested(value: Any) -> str:
+    return "/".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
 
 
 def _header(report: Mapping[str, Any]) -> list[str]:

@@ -51,7 +51,7 @@ VOICE_STAGES: tuple[str, ...] = (
 )
 
 STAGE_DESCRIPTIONS: dict[str, str] = {
-    "voice_to_voice_ms": "end of user speech -> first bot audio received (client clock)",
+    "voice_to_voice_ms": "end of user speech -> first audible bot audio played at the client",
     "endpointing_ms": "end of user speech -> server VAD stop (includes stop_secs)",
     "asr_ms": "VAD stop -> final transcript",
     "llm_ttft_ms": "final transcript -> first LLM text",
