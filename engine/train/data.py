@@ -29,6 +29,12 @@ from engine.train.templates import (
     SUFFIXES,
 )
 
+# words a caller slips in anywhere (training-time augmentation only)
+_INSERTS = ("just", "like", "actually", "really", "um", "uh", "so", "maybe", "you know", "i mean",
+            "quickly", "again", "now", "please")
+_DROPPABLE = frozenset(
+    "the a an your you do does is are i me can could to for of on this there my will would it "
+    "be at any have get".split())
 _CHITCHAT_BLOCKLIST = re.compile(
     r"\b(hours?|open|close|price|cost|charge|appointment|dentist|dental|tooth|teeth|clinic|"
     r"address|located|book|booking|insurance|pay|park|parking|email|phone|number|call|name|who|"
@@ -77,12 +83,13 @@ class DataGenerator:
             elif intent in ("price", "duration"):
                 self.units += [(intent, s.name, 1.0) for s in facts.services]
             elif intent == "out_of_scope":
-                self.units.append((intent, None, 2.0))
+                self.units.append((intent, None, 1.2))
             elif intent in SMALL_TALK_INTENTS:
                 self.units.append((intent, None, 0.6))
             else:
                 self.units.append((intent, None, 1.5 if intent == "hours_week" else 1.0))
         self._weights = [w for _, _, w in self.units]
+        self._heldout_filled = self._filled_heldout()
         self.chitchat_train: list[str] = []
         self.chitchat_eval: list[str] = []
         if use_chitchat:
@@ -197,10 +204,30 @@ class DataGenerator:
         text = re.sub(r"\bi\b", "I", text) if casing < 0.45 else text
         return text
 
+    @staticmethod
+    def _augment(core: str, rng: random.Random) -> str:
+        """Training only: drop, insert or swap words so no single phrasing is memorized whole.
+        Only function words are dropped, so the request keeps its meaning."""
+        words = core.split()
+        if len(words) >= 4 and rng.random() < 0.3:
+            kept = [w for w in words if w not in _DROPPABLE or rng.random() > 0.25]
+            words = kept if len(kept) >= 2 else words
+        if rng.random() < 0.2:
+            words.insert(rng.randrange(len(words) + 1), rng.choice(_INSERTS))
+        if len(words) >= 3 and rng.random() < 0.08:
+            i = rng.randrange(len(words) - 1)
+            words[i], words[i + 1] = words[i + 1], words[i]
+        return " ".join(words)
+
     def _example(self, intent: str, slot: str | None, template: Template, rng: random.Random,
                  heldout: bool) -> Example:
-        question = self._asr_noise(
-            self._fill(template.sample(rng), intent, slot, rng), intent, rng, heldout)
+        core = template.sample(rng)
+        filled = self._fill(core, intent, slot, rng)
+        if not heldout:
+            augmented = self._fill(self._augment(core, rng), intent, slot, rng)
+            # an augmentation that happens to spell a held-out question is not used
+            filled = augmented if normalize(augmented) not in self._heldout_filled else filled
+        question = self._asr_noise(filled, intent, rng, heldout)
         answer, facts = self.answer(intent, slot)
         kind = "small_talk" if intent in SMALL_TALK_INTENTS else "fact"
         return Example(intent, slot, template.text, question, answer, facts, kind)
@@ -234,6 +261,23 @@ class DataGenerator:
             for template in held if heldout else train:
                 out.update(normalize(s.replace("<", "SLOT").replace(">", "")) for s in
                            template.expand())
+        return out
+
+    def _filled_heldout(self) -> set[str]:
+        """Every normalized held-out core question with every slot value filled in."""
+        days = list(DAYS) + [d + "s" for d in DAYS]
+        services = [a for s in self.facts.services for a in s.aliases]
+        name = self.facts.name.lower()
+        out: set[str] = set()
+        for _, held in self.questions.values():
+            for template in held:
+                for text in template.expand():
+                    variants = [text]
+                    for slot, values in (("<day>", days), ("<service>", services),
+                                         ("<business>", [name, name.split()[0]])):
+                        if slot in text:
+                            variants = [v.replace(slot, x) for v in variants for x in values]
+                    out.update(normalize(v) for v in variants)
         return out
 
     def _check_disjoint(self) -> None:
