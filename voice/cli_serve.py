@@ -76,7 +76,11 @@ def run(args: argparse.Namespace) -> int:
     from voice.state import AppState
 
     started = time.perf_counter()
-    engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
+    try:
+        engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
+    except Exception as e:
+        logger.error(f"cannot load the model in {config.model}: {e}")
+        return 2
     engine.warmup()
     logger.info(
         f"engine: {engine.model_name} on {engine.device}, loaded and warmed up in "

@@ -1,0 +1,47 @@
+"""`diffvoice serve` wiring: clear exit on a bad model dir; the app mounts every surface."""
+
+from __future__ import annotations
+
+import argparse
+
+from conftest import TINY_WHISPER
+
+from voice import cli_serve
+from voice.config import ServeConfig
+
+
+def _paths(routes) -> set[str]:
+    """Route paths, looking inside included routers (newer FastAPI keeps them lazily)."""
+    out = set()
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        out |= _paths(inner.routes) if inner is not None else {getattr(route, "path", None)}
+    return out
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_serve.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_missing_model_exits_with_a_message(tmp_path, capsys):
+    assert cli_serve.run(_args(["--model", str(tmp_path / "nope")])) == 2
+    assert cli_serve.run(_args(["--stop-secs", "99"])) == 2
+    assert "stop_secs" in capsys.readouterr().err
+
+
+def test_build_app_mounts_voice_api_and_telephony_routes(random_engine):
+    from voice.asr import resolve_asr
+    from voice.state import AppState
+
+    config = ServeConfig(model="random", asr=str(TINY_WHISPER))
+    state = AppState.create(config, random_engine, asr=resolve_asr(config.asr, "cpu"))
+    paths = _paths(cli_serve.build_app(state).routes)
+    assert {"/ws", "/healthz", "/metrics", "/v1/chat/completions"} <= paths
+    assert any(p and p.startswith("/telephony/twilio") for p in paths)
+
+    api_only = AppState.create(config.replace(api_only=True), random_engine)
+    assert api_only.asr is None and api_only.tts is None
+    paths = _paths(cli_serve.build_app(api_only).routes)
+    assert "/v1/chat/completions" in paths and "/ws" not in paths
