@@ -3,8 +3,8 @@
 One `diffvoice serve` process, started the way `bench voice` starts it, serves every test here.
 Its model is the embedded default (models/receptionist-tiny) when it is in the tree, since that
 answers in words that the TTS can speak. Without it, a random-weight checkpoint whose seed was
-picked because its babble is ASCII: most random seeds produce only byte tokens that decode to
-U+FFFD, which espeak does not voice, so those turns never get bot audio.
+picked because its babble is ASCII words (" b b b ..."): most random seeds babble byte
+fragments that are not valid text, so those turns never get any bot audio to measure.
 """
 
 import asyncio
