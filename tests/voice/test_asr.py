@@ -7,8 +7,8 @@ import asyncio
 import random
 import shutil
 
-from conftest import TINY_WHISPER, LiveServer, scaled
 from voice_client import connect
+from voice_fixtures import TINY_WHISPER, LiveServer, scaled
 
 from voice import protocol
 from voice.asr import resolve_asr

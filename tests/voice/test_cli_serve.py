@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from conftest import TINY_WHISPER
+from voice_fixtures import TINY_WHISPER
 
 from voice import cli_serve
 from voice.config import ServeConfig

@@ -8,8 +8,8 @@ import asyncio
 import time
 
 import pytest
-from conftest import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 from voice_client import connect, send_pcm
+from voice_fixtures import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 
 from voice import protocol
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import RANDOM_LLM
 from pipecat.frames.frames import (
     InterruptionFrame,
     LLMContextFrame,
@@ -20,6 +19,7 @@ from pipecat.metrics.metrics import LLMUsageMetricsData, TTFBMetricsData
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
+from voice_fixtures import RANDOM_LLM
 
 from voice.llm_service import BUSY_REPLY, DiffusionLLMService, context_to_messages
 

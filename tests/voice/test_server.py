@@ -9,8 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import scaled
 from voice_client import connect, send_pcm
+from voice_fixtures import scaled
 
 from voice import protocol
 
