@@ -17,6 +17,7 @@ without the `_ms` suffix):
     diffvoice_turn_stage_seconds{stage=...}   histogram; stage in voice_to_voice, endpointing,
                                               asr, llm_ttft, tts_first_audio, server
     diffvoice_turns_total                     counter: latency records observed
+    diffvoice_turns_interrupted_total         counter: records with "interrupted": true (barge-in)
     diffvoice_turn_stage_invalid_total{stage} counter: stage values that were negative or not
                                               numbers (skipped, but counted, never silently lost)
     diffvoice_sessions_total                  counter: sessions opened
@@ -120,6 +121,9 @@ class VoiceMetrics:
             "or not numbers", ["stage"], registry=self.registry)
         self._turns = Counter("diffvoice_turns", "Latency records observed",
                               registry=self.registry)
+        self._interrupted = Counter("diffvoice_turns_interrupted",
+                                    "Bot turns the caller interrupted (barge-in)",
+                                    registry=self.registry)
         self._sessions = Counter("diffvoice_sessions", "Voice sessions opened",
                                  registry=self.registry)
         self._active = Gauge("diffvoice_active_sessions", "Voice sessions open now",
@@ -135,6 +139,8 @@ class VoiceMetrics:
 
     def observe_turn(self, record: Mapping[str, Any]) -> None:
         self._turns.inc()
+        if record.get("interrupted") is True:
+            self._interrupted.inc()
         for stage in STAGES:
             value = record.get(f"{stage}_ms")
             if value is None:

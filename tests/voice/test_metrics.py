@@ -39,10 +39,12 @@ def test_histograms_match_observed_records():
     records[3]["asr_ms"] = None             # not measured this turn
     records[4]["llm_ttft_ms"] = -5.0        # clock skew: skipped but counted
     records[5]["server_ms"] = math.nan
+    records[6]["interrupted"] = True
     for record in records:
         metrics.observe_turn(record)
     samples = _scrape(metrics)
     assert samples[("diffvoice_turns_total", ())] == 40
+    assert samples[("diffvoice_turns_interrupted_total", ())] == 1
     for stage in STAGES:
         values = [r[f"{stage}_ms"] for r in records]
         valid = [v / 1000 for v in values
