@@ -49,7 +49,7 @@ lint: setup-dev
 	$(VENV)/bin/ruff check .
 
 bench-engine: setup
-	$(VENV)/bin/diffvoice bench engine --out docs/latency/engine-cpu.json
+	$(VENV)/bin/diffvoice bench engine --context 128,1024,4096 --out docs/latency/engine-cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -59,9 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     parser.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto")
     parser.add_argument("--prompts", type=int, default=20, help="prompts per measurement")
+    parser.add_argument("--prompts-file", type=Path, default=None,
+                        help="user questions, one per line (default: a built-in mixed text)")
     parser.add_argument("--answer-tokens", type=int, default=32, help="answer length (forced)")
+    parser.add_argument("--policy", default="low_confidence",
+                        help="unmasking policy: low_confidence, threshold or entropy")
     parser.add_argument("--steps-per-block", type=int, default=2,
                         help="denoising passes per block (low_confidence policy)")
+    parser.add_argument("--threshold", type=float, default=0.9, help="threshold policy's tau")
+    parser.add_argument("--stop-at-eos", action="store_true",
+                        help="let answers end at EOS (both loops) instead of forcing "
+                             "--answer-tokens; tok/s then counts the tokens actually produced")
     parser.add_argument("--block-size", type=int, default=None,
                         help="decode block (default: the model's)")
     parser.add_argument("--batch", type=_ints, default=[1, 8],
@@ -91,12 +99,15 @@ def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: in
     return LoadedModel(model, ChatTokenizer.from_dir(tokenizer_dir), cfg, tokenizer_dir, preset)
 
 
-def prompt_messages(tokenizer: ChatTokenizer, n: int, context: int | None) -> list[list[dict]]:
+def prompt_messages(tokenizer: ChatTokenizer, n: int, context: int | None,
+                    questions: list[str] | None = None) -> list[list[dict]]:
     """n different chats; with `context`, each is padded with earlier turns to ~context tokens."""
     chats = []
     for i in range(n):
-        question = PROMPTS[i % len(PROMPTS)]
-        messages = [{"role": "user", "content": f"{question} ({i})"}]
+        if questions:
+            messages = [{"role": "user", "content": questions[i % len(questions)]}]
+        else:
+            messages = [{"role": "user", "content": f"{PROMPTS[i % len(PROMPTS)]} ({i})"}]
         if context:
             history, k = [], i
             while len(tokenizer.encode_chat(history + messages)) < context:
@@ -139,11 +150,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def run_vanilla(loaded: LoadedModel, chats, answer_tokens: int, device: torch.device) -> dict:
+def run_vanilla(loaded: LoadedModel, chats, answer_tokens: int, device: torch.device,
+                ignore_eos: bool = True) -> dict:
     cfg = loaded.config
     block = cfg.block_size if cfg.block_causal else 32
     params = SamplingParams(max_new_tokens=answer_tokens, steps_per_block=block,
-                            block_size=block, ignore_eos=True)
+                            block_size=block, ignore_eos=ignore_eos)
     tokens, passes = 0, 0
     _sync(device)
     t0 = time.perf_counter()
@@ -175,12 +187,16 @@ def run(args: argparse.Namespace) -> int:
         loaded = random_model(args.preset, device, dtype, args.seed,
                               args.out.parent / f".{args.out.stem}-tokenizer")
     n_params = sum(p.numel() for p in loaded.model.parameters())
-    max_ctx = max([*args.context, 256]) + args.answer_tokens + 64
+    max_ctx = max([*args.context, 256]) + args.answer_tokens + 256  # history overshoots a turn
     batches = sorted(set(args.batch))
     params = SamplingParams(max_new_tokens=args.answer_tokens, steps_per_block=args.steps_per_block,
-                            block_size=args.block_size, ignore_eos=True)
+                            block_size=args.block_size, policy=args.policy,
+                            threshold=args.threshold, ignore_eos=not args.stop_at_eos)
     modes = [("graphs", False), ("eager", True)] if args.compare_graphs else [("default", False)]
-    chats = prompt_messages(loaded.tokenizer, args.prompts, None)
+    questions = None
+    if args.prompts_file:
+        questions = [q.strip() for q in args.prompts_file.read_text().splitlines() if q.strip()]
+    chats = prompt_messages(loaded.tokenizer, args.prompts, None, questions)
     results, points = {}, []
     for mode, eager in modes:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
@@ -199,6 +215,12 @@ def run(args: argparse.Namespace) -> int:
                                         "tok_per_s": r["aggregate_tok_per_s"],
                                         "prompt_tokens": len(loaded.tokenizer.encode_chat(
                                             ctx_chats[0]))}
+                if mode == modes[0][0]:  # the vanilla loop on one such prompt, for the ratio
+                    v = run_vanilla(loaded, ctx_chats[:1], args.answer_tokens, device,
+                                    ignore_eos=not args.stop_at_eos)
+                    by_context[str(ctx)]["vanilla_tok_per_s"] = v["tok_per_s"]
+                    by_context[str(ctx)]["speedup_vs_vanilla"] = (r["aggregate_tok_per_s"]
+                                                                  / v["tok_per_s"])
         finally:
             engine.close()
         results[mode] = {"per_batch": per_batch, "by_context": by_context}
@@ -209,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
                                                          "request_ms": r["total"]},
                                  turns=len(r["ttft"]), wall_s=r["wall_s"]))
     vanilla_chats = chats[: args.vanilla_prompts or args.prompts]
-    vanilla = run_vanilla(loaded, vanilla_chats, args.answer_tokens, device)
+    vanilla = run_vanilla(loaded, vanilla_chats, args.answer_tokens, device,
+                          ignore_eos=not args.stop_at_eos)
     cfg = loaded.config
     config = {
         "benchmark": "engine", "machine": machine_info(), "versions": package_versions(),
@@ -230,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
     report["tok_per_s"] = b1["aggregate_tok_per_s"]
     report["vanilla"] = vanilla
     report["speedup_vs_vanilla"] = b1["aggregate_tok_per_s"] / vanilla["tok_per_s"]
+    report["mean_answer_tokens"] = {"engine": b1["tokens"] / len(chats),
+                                    "vanilla": vanilla["tokens"] / len(vanilla_chats)}
+    report["mean_prompt_tokens"] = sum(len(loaded.tokenizer.encode_chat(m))
+                                       for m in chats) / len(chats)
     for b, r in head["per_batch"].items():
         report[f"batch{b}"] = {"aggregate_tok_per_s": r["aggregate_tok_per_s"],
                                "per_stream_tok_per_s": r["aggregate_tok_per_s"] / b,
