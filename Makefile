@@ -51,5 +51,8 @@ lint: setup-dev
 bench-engine: setup
 	$(VENV)/bin/diffvoice bench engine --context 128,1024,4096 --out docs/latency/engine-cpu.json
 
+bench-voice: setup system-deps
+	$(VENV)/bin/diffvoice bench voice --concurrency 1,2,4,8,16 --min-turns 32 --out docs/latency/voice-cpu.json
+
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -71,6 +71,7 @@ class Engine:
         self.model_config = loaded.config
         self.model_name = loaded.name
         self.device = next(loaded.model.parameters()).device
+        loaded.model.fuse_projections()
         mc = loaded.config
         self.max_seq_len = self.config.max_seq_len or min(mc.max_position_embeddings, 4096)
         self.runner = ModelRunner(loaded, self.config, self.device, self.max_seq_len)

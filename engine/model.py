@@ -26,6 +26,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
+        if dtype == torch.float32:  # one fused op; same math as below
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
@@ -67,16 +69,28 @@ class DecoderLayer(nn.Module):
         self.input_norm = RMSNorm(h, cfg.rms_norm_eps)
         self.post_norm = RMSNorm(h, cfg.rms_norm_eps)
 
+    fused_qkv: torch.Tensor | None = None  # set by DiffusionLM.fuse_projections()
+    fused_qkv_bias: torch.Tensor | None = None
+    fused_gate_up: torch.Tensor | None = None
+
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, l, _ = x.shape
-        q = self.q_proj(x).view(b, l, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(b, l, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, l, self.num_kv_heads, self.head_dim)
+        if self.fused_qkv is not None:  # one matmul instead of three
+            hq, hkv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q, k, v = F.linear(x, self.fused_qkv, self.fused_qkv_bias).split((hq, hkv, hkv), -1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, l, self.num_heads, self.head_dim)
+        k = k.view(b, l, self.num_kv_heads, self.head_dim)
+        v = v.view(b, l, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v  # each [B, L, H, D]
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_gate_up is not None:
+            gate, up = F.linear(x, self.fused_gate_up).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -99,8 +113,28 @@ class DiffusionLM(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
             else:
-                with torch.no_grad():
-                    p.copy_(torch.randn(p.shape, generator=generator) * std)
+                device = generator.device if generator is not None else p.device
+                with torch.no_grad():  # drawn where the generator lives (on the GPU if no seed)
+                    p.copy_(torch.randn(p.shape, generator=generator, device=device) * std)
+
+    @torch.no_grad()
+    def fuse_projections(self) -> None:
+        """For inference: q/k/v and gate/up each become one matmul. The separate weights turn
+        into views of the fused tensors, so no memory is duplicated; do not train afterwards."""
+        for layer in self.layers:
+            parts = (layer.q_proj, layer.k_proj, layer.v_proj)
+            layer.fused_qkv = torch.cat([p.weight for p in parts])
+            for p, w in zip(parts, layer.fused_qkv.split([p.weight.shape[0] for p in parts]),
+                            strict=True):
+                p.weight.data = w
+            if layer.q_proj.bias is not None:
+                layer.fused_qkv_bias = torch.cat([p.bias for p in parts])
+                for p, b in zip(parts, layer.fused_qkv_bias.split(
+                        [p.bias.shape[0] for p in parts]), strict=True):
+                    p.bias.data = b
+            layer.fused_gate_up = torch.cat([layer.gate_proj.weight, layer.up_proj.weight])
+            gate, up = layer.fused_gate_up.chunk(2)
+            layer.gate_proj.weight.data, layer.up_proj.weight.data = gate, up
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden))[..., : self.config.vocab_size]

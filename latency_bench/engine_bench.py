@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
                                  device=str(device))
     else:
         loaded = random_model(args.preset, device, dtype, args.seed,
-                              args.out.parent / f".{args.out.stem}-tokenizer")
+                              Path(tempfile.mkdtemp(prefix="diffvoice-bench-tokenizer-")))
     n_params = sum(p.numel() for p in loaded.model.parameters())
     max_ctx = max([*args.context, 256]) + args.answer_tokens + 256  # history overshoots a turn
     batches = sorted(set(args.batch))
@@ -242,9 +243,11 @@ def run(args: argparse.Namespace) -> int:
         "answer_tokens": args.answer_tokens, "prompts": args.prompts,
         "params": asdict(params), "batches": batches, "modes": [m for m, _ in modes],
         "command": "diffvoice bench engine " + " ".join(
-            f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+            f"--{k.replace('_', '-')}" + ("" if v is True else
+                                          f" {','.join(map(str, v)) if isinstance(v, list) else v}")
             for k, v in vars(args).items()
-            if k not in ("bench_command", "command", "func") and v not in (None, False, [])),
+            if k not in ("bench_command", "command", "func", "log_level")
+            and v not in (None, False, [])),
     }
     report = build_report(kind="engine", config=config, points=points, stages=["ttft_ms",
                                                                                "request_ms"])
