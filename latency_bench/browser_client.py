@@ -6,15 +6,17 @@ one WebSocket, sends `session.start` (with `stop_secs` when configured), then fo
 1. streams the prompt as 20 ms frames of 16 kHz PCM paced by the clock (`Pacer`), and takes the
    end of user speech from the audio (`Prompt.speech_end_s`, the frame's send time);
 2. keeps streaming silence, as an open microphone does, until the turn is over: the server's
-   `latency` event arrived, the bot stopped speaking, and the client's playback queue
-   (`Playout`, at the announced output rate) has played the answer; or until
-   `turn_timeout_s` after the end of speech (status "timeout");
+   `latency` event arrived, the bot stopped speaking, the client's playback queue (`Playout`,
+   at the announced output rate) has played the answer, and no bot audio came for
+   `bot_quiet_s`; or until `turn_timeout_s` after the end of speech (status "timeout");
 3. streams `pause_s` of silence, then the next prompt.
 
 It calls `on_turn(TurnResult)` once per prompt, in order, whatever happens: a server `error`
 event, a closed socket or a failed connect marks the current and all remaining turns "error"
 with the reason. A `latency` event that arrives while the prompt is still streaming means the
-server cut the user's turn in two; that turn is marked "error" too. `session.started` is
+server cut the user's turn in two, and bot audio arriving while the prompt is still streaming
+means the previous answer was not over: both mark the turn "error" (never a negative or
+misattributed latency). `session.started` is
 returned (or None) so the caller can record model, ASR, TTS and stop_secs.
 Knows nothing about reports or other sessions.
 """
@@ -92,13 +94,16 @@ async def _read(ws: Any, state: _State) -> None:
 
 
 def _turn_over(state: _State, now: float, quiet_s: float) -> bool:
+    """The answer was heard to its end: latency event in, playback done, bot not speaking, and
+    no bot audio for `quiet_s`. The quiet period matters: a starved server says
+    bot.stopped_speaking between two clauses and resumes when the next clause is synthesised."""
     if not state.latencies or state.playout.first_audible_t is None:
         return False
     if now < state.playout.playing_until(now) - 1e-3:
         return False                                    # still playing the answer
-    if state.bot_spoke and not state.bot_speaking:
-        return True
-    last = state.playout.last_frame_t or 0.0            # no bot.stopped_speaking: audio went quiet
+    if state.bot_speaking:
+        return False
+    last = state.playout.last_frame_t or 0.0
     return now - last >= quiet_s
 
 
@@ -127,6 +132,9 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
         result.fail("error", "the server ended the user turn before the prompt ended "
                              "(split turn; lower speech pauses or raise stop_secs)")
         state.latencies = []
+    elif state.playout.first_frame_t is not None:
+        result.fail("error", "bot audio arrived while the caller was speaking (the previous "
+                             "answer resumed after a pause longer than --bot-quiet-s)")
     deadline = result.speech_end_t + config.turn_timeout_s
     while state.error is None and not _turn_over(state, time.time(), config.bot_quiet_s):
         if time.time() > deadline:

@@ -46,7 +46,8 @@ _HELP = {
     "stagger_s": "sessions start at random offsets in [0, this) seconds",
     "connect_timeout_s": "seconds to connect and get session.started",
     "energy_threshold_db": "bot audio louder than this (dBFS RMS over 10 ms) counts as heard",
-    "bot_quiet_s": "twilio: the answer is over after this much heard silence",
+    "bot_quiet_s": "an answer is over after this much silence from the bot (a starved server "
+                   "pauses between clauses)",
     "twilio_auth_token": "sign the Twilio webhook POST with this token",
     "seed": "random seed for prompt order and start offsets",
     "out": "report JSON path; .md, -cdf.png, -concurrency.png and .html are written beside it",

@@ -34,7 +34,7 @@ class BenchConfig:
     stagger_s: float = 2.0                  # sessions start at random offsets in [0, stagger_s)
     connect_timeout_s: float = 30.0
     energy_threshold_db: float = -45.0      # bot audio above this (dBFS, 10 ms RMS) is "heard"
-    bot_quiet_s: float = 1.5                # twilio: answer over after this much heard silence
+    bot_quiet_s: float = 1.5                # answer over after this much silence from the bot
     twilio_auth_token: str | None = None    # signs the webhook POST (env TWILIO_AUTH_TOKEN)
     seed: int = 0
     out: str = "latency-report.json"

@@ -64,9 +64,9 @@ class Playout:
         audible = self._audible_windows(pcm)
         if audible.size:
             if self.first_audible_t is None:
-                self.first_audible_t = start_t + audible[0] * self._window / self.sample_rate
+                self.first_audible_t = float(start_t + audible[0] * self._window / self.sample_rate)
             end_sample = min((int(audible[-1]) + 1) * self._window, pcm.size)
-            self.last_audible_end_t = start_t + end_sample / self.sample_rate
+            self.last_audible_end_t = float(start_t + end_sample / self.sample_rate)
         self.queue_end_t = start_t + pcm.size / self.sample_rate
 
     def flush(self, t: float) -> None:

@@ -91,6 +91,10 @@ def concurrency_png(report: Mapping[str, Any]) -> bytes | None:
     axes.set_xticks(levels, [str(c) for c in levels])
     axes.set_xlabel("concurrent sessions")
     axes.set_ylabel("ms")
+    values = [y for line in axes.get_lines() for y in line.get_ydata() if y > 0]
+    if values and max(values) / min(values) > 30:     # a saturated level would flatten the rest
+        axes.set_yscale("log")
+        axes.set_ylabel("ms (log scale)")
     axes.set_title(f"p50 (solid) and p99 (dashed) vs concurrency   {_caption(report)}",
                    fontsize=9)
     axes.grid(alpha=0.3)

@@ -16,9 +16,10 @@ Twilio's part of a call against any server that speaks the Media Streams protoco
   and echoes pending marks at once, as Twilio does.
 - turns: the first *audible* bot sample after the end of user speech (energy above
   `energy_threshold_db`) gives voice_to_voice; the answer is over once `bot_quiet_s` of heard
-  silence has passed. Only voice_to_voice is measured this way (the server's stage timings do
-  not travel over Media Streams). `on_turn(TurnResult)` is called once per prompt, always;
-  failures mark the current and remaining turns, as in the browser client.
+  silence has passed. Bot audio heard while a prompt is still streaming marks that turn
+  "error". Only voice_to_voice is measured this way (the server's stage timings do not travel
+  over Media Streams). `on_turn(TurnResult)` is called once per prompt, always; failures mark
+  the current and remaining turns, as in the browser client.
 """
 
 from __future__ import annotations
@@ -185,8 +186,10 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, call: _Call, prompt: Prom
         sent_t = await pacer.send(mulaw.encode(pcm[k * FRAME_SAMPLES:(k + 1) * FRAME_SAMPLES]))
         if k == end_frame:
             result.speech_end_t = sent_t - ((k + 1) * FRAME_SAMPLES - end_sample) / PHONE_RATE
-    # audio heard while the caller was still talking is not this turn's answer
-    call.playout.start_turn()
+    if call.playout.first_audible_t is not None:
+        result.fail("error", "bot audio was heard while the caller was speaking (the previous "
+                             "answer resumed after a pause longer than --bot-quiet-s)")
+    call.playout.start_turn()            # what follows the end of speech is this turn's answer
     deadline = result.speech_end_t + config.turn_timeout_s
     while call.error is None:
         now = time.time()
