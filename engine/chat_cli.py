@@ -55,7 +55,8 @@ def _engine(args) -> Engine:
                                                            max_running=2))
 
 
-async def answer(engine: Engine, messages: list[dict], params: SamplingParams, out=sys.stdout):
+async def answer(engine: Engine, messages: list[dict], params: SamplingParams, out=None):
+    out = out or sys.stdout
     t0 = time.perf_counter()
     text, tokens, first = "", 0, None
     async for d in engine.generate(messages, params):

@@ -248,7 +248,11 @@ class Engine:
             return
         if isinstance(item, BaseException) or item.finished:
             self._callers.pop(request_id, None)
-        caller.loop.call_soon_threadsafe(caller.queue.put_nowait, item)
+        try:
+            caller.loop.call_soon_threadsafe(caller.queue.put_nowait, item)
+        except RuntimeError:  # the caller's event loop is gone: nobody listens any more
+            self._callers.pop(request_id, None)
+            self._aborts.append(request_id)
 
 
 __all__ = ["Engine", "Delta", "EngineOverloaded"]

@@ -145,3 +145,22 @@ async def test_bidirectional_prefix_cache_runs_and_can_be_switched_off(tmp_path,
             eng.close()
     assert len(outs[True][0]) == len(outs[False][0]) == 10
     assert outs[True][1] == outs[False][1] == 6  # 3 blocks (4, 4, 2) x 2 passes
+
+
+def test_a_caller_whose_event_loop_closed_does_not_stop_the_engine(ckpt):
+    """A request left running when its asyncio loop ends is dropped; the engine serves on."""
+    eng = Engine.from_pretrained(ckpt, EngineConfig(max_running=2))
+    try:
+        async def start_and_leave():
+            agen = eng.generate(HELLO, SamplingParams(max_new_tokens=400, ignore_eos=True),
+                                request_id="orphan")
+            await agen.__anext__()  # running; the loop closes with the generator suspended
+
+        asyncio.run(start_and_leave())
+        deltas = asyncio.run(drain(eng.generate(HELLO, SamplingParams(max_new_tokens=8,
+                                                                        ignore_eos=True))))
+        assert deltas[-1].finished and deltas[-1].finish_reason == "length"
+        assert eng._thread.is_alive()
+        assert "orphan" not in eng.active_request_ids()
+    finally:
+        eng.close()
