@@ -204,7 +204,12 @@ class Engine:
                 self.last_batch_size = len(rows)
                 events = self.scheduler.update(rows, out)
                 for ev in events:
-                    self._emit(ev)
+                    try:
+                        self._emit(ev)
+                    except Exception as exc:  # e.g. detokenisation: fail this request only
+                        log.exception("delivering %s failed", ev.seq.request_id)
+                        self.scheduler.stop(ev.seq, "error")
+                        self._deliver(ev.seq.request_id, exc)
                 for seq in rows:
                     if seq.finish_reason is not None:
                         self.runner.release(seq)
