@@ -43,7 +43,9 @@ _HELP = {
     "turn_timeout_s": "a turn not answered this many seconds after the end of speech counts "
                       "as a timeout",
     "pause_s": "silence between hearing an answer and the next prompt",
-    "stagger_s": "sessions start at random offsets in [0, this) seconds",
+    "stagger_s": "sessions start at random offsets in [0, this) seconds; about one turn "
+                 "keeps callers from all finishing their first prompt at once (a burst, not "
+                 "steady concurrency)",
     "connect_timeout_s": "seconds to connect and get session.started",
     "energy_threshold_db": "bot audio louder than this (dBFS RMS over 10 ms) counts as heard",
     "bot_quiet_s": "an answer is over after this much silence from the bot (a starved server "

@@ -31,7 +31,9 @@ class BenchConfig:
     stop_secs: float | None = None          # per-session override (browser protocol)
     turn_timeout_s: float = 60.0
     pause_s: float = 0.5                    # silence after hearing the answer, before next prompt
-    stagger_s: float = 2.0                  # sessions start at random offsets in [0, stagger_s)
+    stagger_s: float = 6.0                  # sessions start at random offsets in [0, stagger_s):
+                                            # about one turn, so callers do not all finish
+                                            # their first prompt in the same second
     connect_timeout_s: float = 30.0
     energy_threshold_db: float = -45.0      # bot audio above this (dBFS, 10 ms RMS) is "heard"
     bot_quiet_s: float = 1.5                # answer over after this much silence from the bot
