@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from latency_bench.report import stage_names
 from latency_bench.stats import ecdf
@@ -49,14 +50,21 @@ def cdf_png(report: Mapping[str, Any]) -> bytes | None:
     figure = Figure(figsize=(4.2 * columns, 3.2 * rows))
     for index, name in enumerate(names):
         axes = figure.add_subplot(rows, columns, index + 1)
+        panel: list[float] = []
         for point in report["sweep"]:
             values = samples.get(str(point["concurrency"]), {}).get(name) or []
             if not values:
                 continue
             xs, ys = ecdf(values)
+            panel += xs
             axes.step(xs, ys, where="post", label=f"{point['concurrency']} conc.")
         axes.set_title(name, fontsize=10)
         axes.set_xlabel("ms")
+        positive = [x for x in panel if x > 0]
+        if positive and len(positive) == len(panel) and max(positive) / min(positive) > 10:
+            axes.set_xscale("log")                 # a saturated level would flatten the rest
+            axes.xaxis.set_minor_formatter(NullFormatter())
+            axes.set_xlabel("ms (log scale)")
         axes.set_ylabel("fraction of turns")
         axes.set_ylim(0, 1.02)
         axes.axhline(0.99, color="grey", linewidth=0.6, linestyle=":")
@@ -94,6 +102,7 @@ def concurrency_png(report: Mapping[str, Any]) -> bytes | None:
     values = [y for line in axes.get_lines() for y in line.get_ydata() if y > 0]
     if values and max(values) / min(values) > 30:     # a saturated level would flatten the rest
         axes.set_yscale("log")
+        axes.yaxis.set_minor_formatter(NullFormatter())
         axes.set_ylabel("ms (log scale)")
     axes.set_title(f"p50 (solid) and p99 (dashed) vs concurrency   {_caption(report)}",
                    fontsize=9)
