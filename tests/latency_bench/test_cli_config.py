@@ -1,0 +1,67 @@
+"""BenchConfig validation, flag parsing, and `bench render`."""
+
+import argparse
+
+import numpy as np
+import pytest
+
+from latency_bench import cli
+from latency_bench.config import BenchConfig
+from latency_bench.report import SweepPoint, build_report, load_report, save_report
+
+
+def _parse(*argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"protocol": "sip"}, "protocol"),
+    ({"url": "http://h:1/ws"}, "url must be ws/wss"),
+    ({"concurrency": (1, 1)}, "distinct"),
+    ({"concurrency": (0,)}, "concurrency"),
+    ({"turns": 0}, "turns"),
+    ({"stop_secs": 9.0}, "stop_secs"),
+    ({"protocol": "twilio", "stop_secs": 0.4}, "per session"),
+    ({"out": "report.txt"}, ".json"),
+    ({"energy_threshold_db": 3.0}, "energy_threshold_db"),
+])
+def test_bad_settings_name_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        BenchConfig(**fields)
+
+
+def test_derived_settings():
+    config = BenchConfig(turns=3, min_turns=16)
+    assert [config.turns_per_session(c) for c in (1, 2, 4, 8, 16)] == [16, 8, 4, 3, 3]
+    assert config.shared_clock
+    assert BenchConfig(url="ws://127.0.0.1:9/ws").shared_clock
+    assert not BenchConfig(url="wss://voice.example.com/ws").shared_clock
+    assert BenchConfig(protocol="twilio", url="https://x.example/telephony/twilio/voice")
+
+
+def test_flags_map_one_to_one_onto_the_config():
+    args = _parse("voice", "--concurrency", "1,3", "--voices", "en-us,en-gb", "--speeds", "160",
+                  "--stop-secs", "0.3", "--no-progress", "--turn-timeout-s", "12")
+    names = set(vars(args)) - {"bench_command"}
+    assert names == set(BenchConfig.__dataclass_fields__)
+    config = BenchConfig(**{n: getattr(args, n) for n in names})
+    assert config.concurrency == (1, 3) and config.voices == ("en-us", "en-gb")
+    assert config.speeds == (160,) and config.stop_secs == 0.3 and not config.progress
+
+
+def test_render_adds_notes_and_rewrites_outputs(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    report = build_report(kind="voice", config={}, points=[
+        SweepPoint(concurrency=c, samples={"voice_to_voice_ms": rng.normal(900, 50, 8).tolist()},
+                   turns=8) for c in (1, 2)])
+    path = save_report(report, tmp_path / "r.json")
+    (tmp_path / "notes.md").write_text("Endpointing dominates.\n")
+    assert cli.run(_parse("render", str(path), "--notes", str(tmp_path / "notes.md"))) == 0
+    assert load_report(path)["notes"] == "Endpointing dominates."
+    assert "Endpointing dominates." in (tmp_path / "r.md").read_text()
+    assert (tmp_path / "r-concurrency.png").exists() and (tmp_path / "r.html").exists()
+    path.write_text("{not json")
+    assert cli.run(_parse("render", str(path))) == 2
+    assert "not JSON" in capsys.readouterr().err
