@@ -24,16 +24,16 @@ except ImportError:  # pragma: no cover - kernels are optional at run time
 def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens: torch.Tensor,
                    cache_len_max: int, block_size: int) -> torch.Tensor:
     """Boolean mask [B, 1, L, Tc + L] (True = attend) over cat(cached keys, new keys)."""
-    b, l = positions.shape
+    b, n = positions.shape
     cached = torch.arange(cache_len_max, device=positions.device)[None, :] < cache_lens[:, None]
-    cached = cached[:, None, :].expand(b, l, cache_len_max)  # [B, L, Tc]
-    new = key_valid[:, None, :].expand(b, l, l)  # [B, Lq, Lk]
+    cached = cached[:, None, :].expand(b, n, cache_len_max)  # [B, L, Tc]
+    new = key_valid[:, None, :].expand(b, n, n)  # [B, Lq, Lk]
     if block_size:
         blk = positions // block_size
         new = new & (blk[:, None, :] <= blk[:, :, None])
     # a query with no visible key (padding) sees itself, so its (unused) output stays finite
     blind = ~(cached.any(-1) | new.any(-1))  # [B, L]
-    new = new | (torch.eye(l, dtype=torch.bool, device=positions.device)[None] & blind[:, :, None])
+    new = new | (torch.eye(n, dtype=torch.bool, device=positions.device)[None] & blind[:, :, None])
     return torch.cat((cached, new), dim=-1)[:, None]
 
 

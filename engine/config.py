@@ -30,7 +30,8 @@ _ARCHITECTURES = {
     "DreamModel": "dream",
     "LLaDAModelLM": "llada",
 }
-_MODEL_TYPES = {"sdar": "sdar", "fast_dllm_qwen": "fast_dllm_v2", "dream": "dream", "llada": "llada"}
+_MODEL_TYPES = {"sdar": "sdar", "fast_dllm_qwen": "fast_dllm_v2", "dream": "dream",
+                "llada": "llada"}
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class ModelConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
         if self.block_causal and self.block_size < 1:
@@ -154,7 +155,8 @@ class ModelConfig:
             return {"architectures": ["LLaDAModelLM"], "model_type": "llada", **common,
                     "d_model": self.hidden_size, "n_layers": self.num_layers,
                     "n_heads": self.num_heads, "n_kv_heads": self.num_kv_heads,
-                    "mlp_hidden_size": self.intermediate_size, "weight_tying": self.tie_word_embeddings,
+                    "mlp_hidden_size": self.intermediate_size,
+                    "weight_tying": self.tie_word_embeddings,
                     "max_sequence_length": self.max_position_embeddings,
                     "embedding_size": self.embedding_size, "block_type": "llama"}
         arch, model_type = {

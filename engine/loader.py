@@ -170,8 +170,9 @@ def load_checkpoint(path: str | Path, dtype: str = "auto", device: str = "cpu") 
     return LoadedModel(model=model, tokenizer=tokenizer, config=cfg, path=path, name=path.name)
 
 
-def save_checkpoint(model: DiffusionLM, out_dir: str | Path, tokenizer_dir: str | Path | None = None,
-                    dtype: str = "float32", shard_size: int | None = None) -> Path:
+def save_checkpoint(model: DiffusionLM, out_dir: str | Path,
+                    tokenizer_dir: str | Path | None = None, dtype: str = "float32",
+                    shard_size: int | None = None) -> Path:
     """Write config.json + safetensors in the family's naming; copy tokenizer files if given.
 
     shard_size (tensors per shard) writes model-0000N-of-0000M.safetensors + index json.

@@ -74,15 +74,15 @@ class DecoderLayer(nn.Module):
     fused_gate_up: torch.Tensor | None = None
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        b, l, _ = x.shape
+        b, n, _ = x.shape
         if self.fused_qkv is not None:  # one matmul instead of three
             hq, hkv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
             q, k, v = F.linear(x, self.fused_qkv, self.fused_qkv_bias).split((hq, hkv, hkv), -1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(b, l, self.num_heads, self.head_dim)
-        k = k.view(b, l, self.num_kv_heads, self.head_dim)
-        v = v.view(b, l, self.num_kv_heads, self.head_dim)
+        q = q.view(b, n, self.num_heads, self.head_dim)
+        k = k.view(b, n, self.num_kv_heads, self.head_dim)
+        v = v.view(b, n, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v  # each [B, L, H, D]

@@ -38,7 +38,8 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+            raise ValueError(
+                f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if not isinstance(self.steps_per_block, int) or self.steps_per_block < 1:
@@ -47,8 +48,10 @@ class SamplingParams:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
         if self.entropy_bound < 0.0:
             raise ValueError(f"entropy_bound must be >= 0, got {self.entropy_bound!r}")
-        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
-            raise ValueError(f"block_size must be a positive integer or None, got {self.block_size!r}")
+        if self.block_size is not None and (not isinstance(self.block_size, int)
+                                            or self.block_size < 1):
+            raise ValueError(
+                f"block_size must be a positive integer or None, got {self.block_size!r}")
         if self.temperature < 0.0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
         if self.seed is not None and not isinstance(self.seed, int):

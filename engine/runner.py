@@ -1,10 +1,10 @@
 """Model runner: turns the scheduled rows into batch tensors, runs one denoising pass, applies the
 unmasking policies and writes committed tokens back - all on the device.
 
-Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the per-layer K/V pools
-[S, Hkv, T + 1, D] (position T is a trash column for padded writes). Per pass the host learns only the
-query-window tokens and how many masks remain in each row's decode block: one small device-to-host
-copy (pinned + event on CUDA), never a sync inside the policy.
+Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the per-layer K/V
+pools [S, Hkv, T + 1, D] (position T is a trash column for padded writes). Per pass the host
+learns only the query-window tokens and how many masks remain in each row's decode block: one
+small device-to-host copy (pinned + event on CUDA), never a sync inside the policy.
 """
 
 from __future__ import annotations

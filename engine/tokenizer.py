@@ -46,7 +46,8 @@ class ChatTokenizer:
         path = Path(path)
         tok_file = path / "tokenizer.json"
         if not tok_file.is_file():
-            raise FileNotFoundError(f"{tok_file}: missing (the engine needs the checkpoint's tokenizer)")
+            raise FileNotFoundError(
+                f"{tok_file}: missing (the engine needs the checkpoint's tokenizer)")
         tokenizer = Tokenizer.from_file(str(tok_file))
         cfg_file = path / "tokenizer_config.json"
         cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}

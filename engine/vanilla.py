@@ -21,7 +21,8 @@ from engine.sequence import Sequence
 
 @torch.inference_mode()
 def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int],
-                     params: SamplingParams, decode_block: int | None = None) -> tuple[list[int], int]:
+                     params: SamplingParams,
+                     decode_block: int | None = None) -> tuple[list[int], int]:
     """-> (generated ids cut at EOS, number of forward passes). Greedy only."""
     if params.temperature > 0:
         raise ValueError("reference_decode is greedy only")
@@ -53,7 +54,8 @@ def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int]
                               conf, ent, maskable[None], knobs)[0]
         new = torch.where(commit, pred[0], cur)
         if not params.ignore_eos:
-            is_eos = torch.isin(new, torch.tensor(sorted(eos), device=device)) & (pos >= s.prompt_len)
+            eos_ids = torch.tensor(sorted(eos), device=device)
+            is_eos = torch.isin(new, eos_ids) & (pos >= s.prompt_len)
             after = (is_eos.long().cumsum(0) - is_eos.long()) > 0
             new = torch.where(after & (new == mask_id), cfg.eos_token_ids[0], new)
         x[lo:hi] = new

@@ -1,4 +1,4 @@
-"""Fast-dLLM confidence-threshold parallel decoding: commit every slot with p > tau, at least one."""
+"""Fast-dLLM confidence-threshold parallel decoding: commit every slot with p > tau (>= 1)."""
 
 from __future__ import annotations
 

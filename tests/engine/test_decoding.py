@@ -3,7 +3,6 @@
 import asyncio
 
 import pytest
-import torch
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.testing import make_random_checkpoint

@@ -29,8 +29,8 @@ async def drain(agen):
     return [d async for d in agen]
 
 
-async def wait_until(pred, timeout=UNIT):
-    for _ in range(int(timeout / 0.01)):
+async def wait_until(pred, limit_s=UNIT):
+    for _ in range(int(limit_s / 0.01)):
         if pred():
             return
         await asyncio.sleep(0.01)

@@ -83,7 +83,7 @@ def llada_reference(tensors: dict, cfg: dict, ids: torch.Tensor) -> torch.Tensor
 
     x = tensors["model.transformer.wte.weight"][ids]
     for i in range(cfg["n_layers"]):
-        p = lambda name: tensors[f"model.transformer.blocks.{i}.{name}.weight"]  # noqa: E731
+        p = lambda name, i=i: tensors[f"model.transformer.blocks.{i}.{name}.weight"]  # noqa: E731
         y = rms(x, p("attn_norm"))
         q, k, v = ((y @ p(n_).T).view(b, n, h, hd).transpose(1, 2)
                    for n_ in ("q_proj", "k_proj", "v_proj"))
@@ -91,7 +91,8 @@ def llada_reference(tensors: dict, cfg: dict, ids: torch.Tensor) -> torch.Tensor
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), dim=-1) @ v
         x = x + att.transpose(1, 2).reshape(b, n, d) @ p("attn_out").T
         y = rms(x, p("ff_norm"))
-        x = x + (torch.nn.functional.silu(y @ p("ff_proj").T) * (y @ p("up_proj").T)) @ p("ff_out").T
+        gated = torch.nn.functional.silu(y @ p("ff_proj").T) * (y @ p("up_proj").T)
+        x = x + gated @ p("ff_out").T
     x = rms(x, tensors["model.transformer.ln_f.weight"])
     return x @ tensors["model.transformer.ff_out.weight"].T
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from engine.tokenizer import ChatTokenizer, Detokenizer
 from engine.testing import make_tokenizer
+from engine.tokenizer import ChatTokenizer, Detokenizer
 
 
 @pytest.fixture(scope="module")
