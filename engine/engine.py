@@ -155,6 +155,7 @@ class Engine:
         with self._lock:
             return {"running": len(self.scheduler.running), "queued": len(self.scheduler.waiting),
                     "last_batch_size": self.last_batch_size, "passes": self.total_passes,
+                    "reused_prefix_tokens": self.scheduler.reused_tokens,
                     "max_running": self.config.max_running, "device": str(self.device),
                     "model": self.model_name}
 

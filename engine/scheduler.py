@@ -38,6 +38,11 @@ class Scheduler:
         self.running: dict[int, Sequence] = {}  # slot -> sequence
         self.free_slots = list(range(max_running - 1, -1, -1))
         self.by_id: dict[str, Sequence] = {}
+        # free slots whose K/V still holds a finished conversation: slot -> its cached token ids
+        # (block-causal models only; the cache is exact, so a later turn that starts with the
+        # same tokens reuses those blocks instead of prefilling them again)
+        self.parked: dict[int, list[int]] = {}
+        self.reused_tokens = 0
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.running)
@@ -65,6 +70,9 @@ class Scheduler:
         if seq.status is Status.RUNNING:
             del self.running[seq.slot]
             self.free_slots.append(seq.slot)
+            cached = (seq.prompt_ids + seq.generated)[: seq.cache_len]
+            if seq.model_block and reason in ("stop", "length") and len(cached) == seq.cache_len:
+                self.parked[seq.slot] = cached
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         self.by_id.pop(seq.request_id, None)
@@ -74,11 +82,35 @@ class Scheduler:
         admitted = []
         while self.waiting and self.free_slots:
             seq = self.waiting.popleft()
-            seq.slot = self.free_slots.pop()
+            seq.slot, seq.cache_len = self._pick_slot(seq)
+            self.reused_tokens += seq.cache_len
             seq.status = Status.RUNNING
             self.running[seq.slot] = seq
             admitted.append(seq)
         return sorted(self.running.values(), key=lambda s: s.slot), admitted
+
+    def _pick_slot(self, seq: Sequence) -> tuple[int, int]:
+        """-> (slot, cached positions reused): the parked slot sharing the longest whole-block
+        prefix with this prompt, else a slot without a cache, else the oldest parked one."""
+        best, best_len = None, 0
+        if seq.model_block:
+            for slot in self.free_slots:
+                cached = self.parked.get(slot)
+                if not cached:
+                    continue
+                n = 0
+                limit = min(len(cached), seq.prompt_len)
+                while n < limit and cached[n] == seq.prompt_ids[n]:
+                    n += 1
+                n = n // seq.model_block * seq.model_block
+                if n > best_len:
+                    best, best_len = slot, n
+        if best is None:
+            uncached = [s for s in self.free_slots if s not in self.parked]
+            best = uncached[-1] if uncached else self.free_slots[0]  # oldest parked first
+        self.free_slots.remove(best)
+        self.parked.pop(best, None)
+        return best, best_len
 
     def update(self, rows: list[Sequence], out) -> list[Committed]:
         events = []
