@@ -7,7 +7,9 @@ What it measures (all greedy, answers forced to equal length with ignore_eos):
   vanilla.tok_per_s  the reference loop: whole sequence recomputed every pass, one token
                      committed per pass, no cache (engine.vanilla.reference_decode)
   batch8.aggregate_tok_per_s   8 concurrent requests in the one engine
-  by_context         ttft / tok/s as the prompt grows (--context 128,1024,4096)
+  by_context         ttft / tok/s as the prompt grows (--context 128,1024,4096), and the
+                     first-block time of the next turn of the same conversations, which
+                     reuses their cached blocks
 The model is built in memory with random weights (nothing is downloaded); `--model DIR` measures a
 checkpoint instead. Knows nothing about voice.
 """
@@ -216,6 +218,15 @@ def run(args: argparse.Namespace) -> int:
                                         "tok_per_s": r["aggregate_tok_per_s"],
                                         "prompt_tokens": len(loaded.tokenizer.encode_chat(
                                             ctx_chats[0]))}
+                # the same conversations one turn later: their cached blocks are reused
+                followups = [m + [{"role": "assistant", "content": "Sure."},
+                                  {"role": "user", "content": "And what about Saturday?"}]
+                             for m in ctx_chats]
+                reused_before = engine.stats()["reused_prefix_tokens"]
+                f = asyncio.run(measure(engine, followups, params, 1))
+                by_context[str(ctx)]["next_turn_ttft_ms"] = summarize(f["ttft"])
+                by_context[str(ctx)]["next_turn_reused_tokens_mean"] = (
+                    engine.stats()["reused_prefix_tokens"] - reused_before) / len(followups)
                 if mode == modes[0][0]:  # the vanilla loop on one such prompt, for the ratio
                     v = run_vanilla(loaded, ctx_chats[:1], args.answer_tokens, device,
                                     ignore_eos=not args.stop_at_eos)
