@@ -1,0 +1,26 @@
+"""`diffvoice bench engine` end to end on a tiny run: the report holds what the issue asks for,
+in the shared schema, with engine and vanilla answers of equal length."""
+
+import json
+
+from engine.cli import main
+from latency_bench.report import load_report
+
+
+def test_bench_engine_writes_the_documented_fields(tmp_path):
+    out = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--prompts", "2", "--answer-tokens", "8", "--batch", "1,2",
+                 "--context", "48", "--out", str(out)]) == 0
+    report = load_report(out)  # validates schema diffvoice.latency/1
+    raw = json.loads(out.read_text())
+    assert {"p50", "p90", "p99"} <= set(raw["ttft_ms"]) and raw["ttft_ms"]["p50"] > 0
+    assert raw["tok_per_s"] > 0 and raw["vanilla"]["tok_per_s"] > 0
+    assert raw["speedup_vs_vanilla"] == raw["tok_per_s"] / raw["vanilla"]["tok_per_s"]
+    assert raw["mean_answer_tokens"] == {"engine": 8.0, "vanilla": 8.0}
+    assert raw["batch2"]["aggregate_tok_per_s"] > 0
+    ctx = raw["by_context"]["48"]
+    assert ctx["prompt_tokens"] >= 48 and ctx["next_turn_reused_tokens_mean"] >= 8
+    assert report["config"]["model"]["params"] > 5_000_000
+    for name in ("machine", "versions", "command"):
+        assert report["config"][name]
+    assert (tmp_path / "engine.md").is_file() and (tmp_path / "engine.html").is_file()
