@@ -14,34 +14,29 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-try:
-    from kernels.dispatch import resolve_backend
-    from kernels.ops import block_attention
-except ImportError:  # pragma: no cover - kernels are optional at run time
-    block_attention = None
+from kernels.block_attention import visibility_mask
+from kernels.dispatch import resolve_backend
+from kernels.ops import block_attention
 
 
 def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens: torch.Tensor,
                    cache_len_max: int, block_size: int) -> torch.Tensor:
-    """Boolean mask [B, 1, L, Tc + L] (True = attend) over cat(cached keys, new keys)."""
-    b, n = positions.shape
-    cached = torch.arange(cache_len_max, device=positions.device)[None, :] < cache_lens[:, None]
-    cached = cached[:, None, :].expand(b, n, cache_len_max)  # [B, L, Tc]
-    new = key_valid[:, None, :].expand(b, n, n)  # [B, Lq, Lk]
-    if block_size:
-        blk = positions // block_size
-        new = new & (blk[:, None, :] <= blk[:, :, None])
-    # a query with no visible key (padding) sees itself, so its (unused) output stays finite
-    blind = ~(cached.any(-1) | new.any(-1))  # [B, L]
-    new = new | (torch.eye(n, dtype=torch.bool, device=positions.device)[None] & blind[:, :, None])
-    return torch.cat((cached, new), dim=-1)[:, None]
+    """Boolean mask [B, 1, L, Tc + L] (True = attend) over cat(cached keys, new keys): the
+    kernel's visibility rule, plus self-attention for blind (padding) queries so SDPA stays
+    finite on rows whose output is never used."""
+    mask = visibility_mask(cache_lens, positions, key_valid, block_size, cache_len_max)
+    n = positions.shape[1]
+    blind = ~mask.any(-1)  # [B, L]
+    eye = torch.eye(n, dtype=torch.bool, device=positions.device)[None] & blind[:, :, None]
+    mask[:, :, cache_len_max:] |= eye
+    return mask[:, None]
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cached: torch.Tensor,
            v_cached: torch.Tensor, cache_lens: torch.Tensor, positions: torch.Tensor,
            key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
     """q [B, L, Hq, D]; k/v [B, L, Hkv, D]; k_cached/v_cached [B, Hkv, Tc, D] -> [B, L, Hq, D]."""
-    if block_attention is not None and resolve_backend(q.device) == "triton":
+    if resolve_backend(q.device) == "triton":
         out = block_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cached,
                               v_cached, cache_lens, positions, key_valid, block_size)
         return out.transpose(1, 2)

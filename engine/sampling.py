@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import torch
 
-try:  # Triton on CUDA, PyTorch reference elsewhere (kernels/dispatch.py decides)
-    from kernels.ops import unmask_confidence as _fused
-except ImportError:  # pragma: no cover - kernels package not built yet
-    _fused = None
+from kernels.ops import unmask_confidence as _fused  # Triton on CUDA, its reference elsewhere
 
 
 def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
@@ -21,7 +18,7 @@ def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
     """logits [B, W, V] -> (token [B, W] int64, conf [B, W] f32, entropy [B, W] f32 | None)."""
     logits = logits.float()
     logits[..., mask_id] = float("-inf")
-    if _fused is not None and not any(t > 0 for t in temperatures):
+    if not any(t > 0 for t in temperatures):
         token, conf, entropy = _fused(logits, need_entropy=need_entropy)
         return token, conf, entropy
     logp = torch.log_softmax(logits, dim=-1)
