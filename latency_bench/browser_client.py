@@ -37,7 +37,7 @@ from latency_bench.corpus import SAMPLE_RATE, Prompt
 from latency_bench.pacer import Pacer
 from latency_bench.playout import Playout
 from latency_bench.turns import TurnResult
-from voice import protocol
+from voice.transport import protocol
 
 FRAME_SAMPLES = SAMPLE_RATE // 50          # 20 ms
 SILENCE = bytes(2 * FRAME_SAMPLES)

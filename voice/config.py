@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from voice.protocol import STOP_SECS_RANGE
+from voice.transport.protocol import STOP_SECS_RANGE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"

@@ -5,15 +5,15 @@ Contract (stable; the telephony helper builds on it):
 
     build_pipeline(
         state: voice.state.AppState,          # shared engine, config, metrics, ASR/TTS factories
-        transport: pipecat BaseTransport,     # browser (voice.browser_transport) or telephony
+        transport: pipecat BaseTransport,     # browser (voice.transport.browser) or telephony
         *,
         session_id: str,
         on_latency: Callable[[dict], None] | None = None,
                                               # gets each per-turn latency record (a dict with the
-                                              # fields of voice.protocol.Latency) after it was
+                                              # fields of transport.protocol.Latency) after it was
                                               # written to the JSON-lines log and
                                               # state.metrics.observe_turn()
-        on_event: Callable[[voice.protocol.Event], Awaitable[None]] | None = None,
+        on_event: Callable[[voice.transport.protocol.Event], Awaitable[None]] | None = None,
                                               # browser events: Transcript, BotText,
                                               # BotStartedSpeaking/Stopped, PlaybackFlush, Latency
         stop_secs: float | None = None,       # None -> state.config.stop_secs
@@ -55,9 +55,9 @@ from pipecat.turns.user_turn_strategies import (
     default_user_turn_start_strategies,
 )
 
-from voice import protocol
 from voice.frame_tap import FrameTap
 from voice.llm_service import DiffusionLLMService
+from voice.transport import protocol
 from voice.turn_tracker import TurnTracker
 
 OnLatency = Callable[[dict], None]

@@ -3,7 +3,7 @@
 Routes:
   GET  /healthz   JSON: status, model, asr, tts, active sessions, engine stats, warnings
   GET  /metrics   Prometheus text (voice.metrics.VoiceMetrics.render)
-  WS   /ws        one browser call per connection (voice.ws_session, protocol in docs/protocol.md)
+  WS   /ws        one browser call per connection (transport.ws_session; docs/protocol.md)
   GET  /...       the static page in `config.web_dir` (index.html at /)
 
 With `config.api_only` only /healthz and /metrics are served (callers mount the OpenAI router).
@@ -11,7 +11,7 @@ The static mount is appended when the app starts (lifespan), after every router 
 with `app.include_router(...)` — a catch-all "/" mount added earlier would shadow them.
 
 The app does not own the engine: whoever built `state` closes it. Knows nothing about pipecat
-beyond handing sockets to voice.ws_session.
+beyond handing sockets to voice.transport.ws_session.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def create_app(state: AppState) -> FastAPI:
         return Response(content=body, media_type=content_type)
 
     if not config.api_only:
-        from voice.ws_session import serve_browser_session
+        from voice.transport.ws_session import serve_browser_session
 
         @app.websocket("/ws")
         async def ws(websocket: WebSocket) -> None:

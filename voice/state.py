@@ -4,8 +4,8 @@
     state.engine      # the one in-process diffusion Engine (all sessions batch through it)
     state.config      # voice.config.ServeConfig
     state.metrics     # voice.metrics.VoiceMetrics (Prometheus), bound to the engine
-    state.asr         # voice.asr.AsrBackend: .name, .warnings, .make_service() per session
-    state.tts         # voice.tts.TtsBackend: .name, .sample_rate, .warnings, .make_service()
+    state.asr         # voice.asr.resolve.AsrBackend: .name, .warnings, .make_service() per session
+    state.tts         # voice.tts.resolve.TtsBackend: .name, .sample_rate, .warnings, .make_service
     state.warnings    # start-up warnings shown to every browser session
     state.latency_log # JSON-lines writer or None
     state.llm_overrides  # extra SamplingParams fields for voice answers (e.g. {"policy": ...})
@@ -69,14 +69,14 @@ class AppState:
             metrics.bind_engine(engine)
         if not config.api_only:
             if asr is None:
-                from voice.asr import resolve_asr
+                from voice.asr.resolve import resolve_asr
 
                 facts = Path(config.model) / "facts.yaml"  # the model's own fact sheet
                 asr = resolve_asr(
                     config.asr, config.device, facts_path=facts if facts.is_file() else None
                 )
             if tts is None:
-                from voice.tts import resolve_tts
+                from voice.tts.resolve import resolve_tts
 
                 tts = resolve_tts(config.tts, config.tts_voice, config.tts_model_dir)
         warnings = [

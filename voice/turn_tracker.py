@@ -37,7 +37,7 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 
-from voice import protocol
+from voice.transport import protocol
 
 VAD_WINDOW_SECS = 512 / 16000  # Silero analyses 512-sample windows at 16 kHz
 

@@ -4,7 +4,7 @@ speaks, a server error, a dropped socket) are counted as errors, never as latenc
 
 The peer is scripted because these cases cannot be produced on demand by the real server
 (tests/latency_bench/test_load_e2e.py covers the real one). It speaks docs/protocol.md through
-voice.protocol, detects the caller's speech by energy, and answers REPLY_DELAY_S after the
+voice.transport.protocol, detects the caller's speech by energy, and answers REPLY_DELAY_S after the
 last loud frame.
 """
 
@@ -18,7 +18,7 @@ from websockets.asyncio.server import serve
 from latency_bench.browser_client import run_browser_session
 from latency_bench.config import BenchConfig
 from latency_bench.corpus import SAMPLE_RATE, Prompt
-from voice import protocol
+from voice.transport import protocol
 
 REPLY_DELAY_S = 0.7
 ENDPOINTING_S = 0.5

@@ -57,7 +57,7 @@ def random_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def voice_state(random_engine, tmp_path_factory):
-    from voice.asr import resolve_asr
+    from voice.asr.resolve import resolve_asr
     from voice.config import ServeConfig
     from voice.state import AppState
 

@@ -226,7 +226,7 @@ def voice_state(random_engine, tmp_path_factory):
     """The real server state: random-weight diffusion LLM (conftest's `random_engine`), espeak
     TTS, and an ASR spec that names a Whisper model which is not on disk, so the server falls
     back to pocketsphinx and warns, and the page must show that warning."""
-    from voice.asr import resolve_asr
+    from voice.asr.resolve import resolve_asr
     from voice.config import ServeConfig
     from voice.state import AppState
 

@@ -32,7 +32,7 @@ def test_missing_model_exits_with_a_message(tmp_path, capsys):
 
 
 def test_build_app_mounts_voice_api_and_telephony_routes(random_engine):
-    from voice.asr import resolve_asr
+    from voice.asr.resolve import resolve_asr
     from voice.state import AppState
 
     config = ServeConfig(model="random", asr=str(TINY_WHISPER))

@@ -11,7 +11,7 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 
-from voice import protocol
+from voice.transport import protocol
 
 # An answer budget that takes the random engine tens of seconds to finish, so that a request
 # still running after the barge-in could only have been stopped by the interruption.
@@ -20,7 +20,7 @@ LONG_ANSWER = {"max_new_tokens": 1024, "steps_per_block": 32, "ignore_eos": True
 
 @pytest.fixture(scope="module")
 def long_answer_server(random_engine):
-    from voice.asr import resolve_asr
+    from voice.asr.resolve import resolve_asr
     from voice.config import ServeConfig
     from voice.state import AppState
 

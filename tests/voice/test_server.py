@@ -12,7 +12,7 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import scaled
 
-from voice import protocol
+from voice.transport import protocol
 
 
 def _get(url: str) -> bytes:

@@ -17,7 +17,7 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 
-from voice import protocol
+from voice.transport import protocol
 from voice.turn_tracker import VAD_WINDOW_SECS, TurnTracker
 
 

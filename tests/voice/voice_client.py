@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import websockets
 
-from voice import protocol
+from voice.transport import protocol
 
 CHUNK_BYTES = 640  # 20 ms at 16 kHz
 

@@ -43,7 +43,7 @@ def _espeak_lib_pcm(text: str, rate_wpm: int) -> bytes:
     """Fallback without the CLI tools: espeak-ng via ctypes + soxr resampling."""
     import soxr
 
-    from voice.espeak import Espeak
+    from voice.tts.espeak import Espeak
 
     es = Espeak.shared()
     audio = np.frombuffer(es.synthesize(text, rate_wpm=rate_wpm), dtype=np.int16)

@@ -1,7 +1,7 @@
 """`BrowserTransport`: the pipecat transport of one browser WebSocket session.
 
-The socket itself is owned by `voice.ws_session` (which decodes the wire protocol); this module
-only bridges to pipecat:
+The socket itself is owned by `voice.transport.ws_session` (which decodes the wire protocol);
+this module only bridges to pipecat:
 
 * input: `await transport.input().push_pcm(pcm)` turns caller PCM (16 kHz int16 mono) into
   InputAudioRawFrames; `ready` is set once the pipeline can take audio.

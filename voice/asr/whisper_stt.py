@@ -1,9 +1,9 @@
 """`WhisperSTT`: pipecat segmented STT over one *shared* faster-whisper model.
 
 pipecat's own WhisperSTTService loads a model per instance (per call); here the model is loaded
-once at server start (`voice.asr`) and every session's service transcribes with it from a worker
-thread (CTranslate2 runs `num_workers` transcriptions in parallel). Decoding is greedy with a
-token cap, so a bad model cannot stall a turn.
+once at server start (`voice.asr.resolve`) and every session's service transcribes with it
+from a worker thread (CTranslate2 runs `num_workers` transcriptions in parallel).
+Decoding is greedy with a token cap, so a bad model cannot stall a turn.
 
 Contract: on each VAD segment (pipecat's SegmentedSTTService buffers audio between
 VADUserStarted/StoppedSpeakingFrame) yields one finalized TranscriptionFrame, or nothing when

@@ -5,8 +5,9 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
 2. wait up to FIRST_MESSAGE_SECS for an optional `session.start` (its overrides apply);
 3. build the pipeline (voice.pipeline.build_pipeline) with a BrowserTransport, run it, send
    `session.started`;
-4. decode every client message with voice.protocol: audio goes into the pipeline, `ping` gets
-   `pong`; any ProtocolError sends an `error` event and closes *this* socket with the error's
+4. decode every client message with voice.transport.protocol: audio goes into the pipeline,
+   `ping` gets `pong`; any ProtocolError sends an `error` event and closes *this* socket with the
+   error's
    close code (reason = error code) — other sessions never notice;
 5. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
@@ -25,9 +26,9 @@ from loguru import logger
 from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from voice import protocol
-from voice.browser_transport import BrowserTransport
 from voice.pipeline import build_pipeline
+from voice.transport import protocol
+from voice.transport.browser import BrowserTransport
 
 FIRST_MESSAGE_SECS = 0.5
 PIPELINE_READY_SECS = 30.0

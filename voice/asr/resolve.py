@@ -9,7 +9,7 @@ in the Hugging Face cache: tiny.en, base.en, small.en, distil-small.en, tiny, ba
 (looked up in the HF cache with local_files_only — nothing is downloaded), a local CTranslate2
 directory (must hold model.bin and tokenizer.json, else faster-whisper would go to the hub), or
 "pocketsphinx" (bundled en-us acoustic model + a domain bigram LM built from the receptionist
-questions of `facts_path`, see voice.pocketsphinx_lm) or "pocketsphinx-general" (its bundled
+questions of `facts_path`, see voice.asr.pocketsphinx_lm) or "pocketsphinx-general" (its bundled
 general English LM). Whenever no whisper model resolves, falls back to "pocketsphinx" with a
 warning; it never raises for a missing model.
 """
@@ -39,10 +39,10 @@ class AsrBackend:
 
     def make_service(self, **kwargs):
         if self.kind == "whisper":
-            from voice.stt_whisper import WhisperSTT
+            from voice.asr.whisper_stt import WhisperSTT
 
             return WhisperSTT(self.model, model_name=self.name, **self.options, **kwargs)
-        from voice.stt_pocketsphinx import PocketsphinxSTT
+        from voice.asr.pocketsphinx_stt import PocketsphinxSTT
 
         return PocketsphinxSTT(self.model, **kwargs)
 
@@ -110,7 +110,7 @@ def _domain_lm(facts_path: str | Path | None) -> Path:
 
     from pocketsphinx import get_model_path
 
-    from voice.pocketsphinx_lm import domain_sentences, load_dictionary_words, write_arpa
+    from voice.asr.pocketsphinx_lm import domain_sentences, load_dictionary_words, write_arpa
 
     facts_text = Path(facts_path).read_bytes() if facts_path else b"default"
     key = hashlib.sha1(facts_text + b"|lm-v1").hexdigest()[:16]
@@ -132,8 +132,8 @@ def load_pocketsphinx(
     facts_path: str | Path | None = None,
 ) -> AsrBackend:
     """pocketsphinx en-us; with `domain_lm` a bigram LM of receptionist questions replaces the
-    general English LM (faster and far more accurate in-domain; see voice.pocketsphinx_lm)."""
-    from voice.stt_pocketsphinx import DecoderPool
+    general English LM (faster and far more accurate in-domain; see voice.asr.pocketsphinx_lm)."""
+    from voice.asr.pocketsphinx_stt import DecoderPool
 
     warnings = list(warnings or [])
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice.tts import resolve_tts
+from voice.tts.resolve import resolve_tts
 
 
 def test_espeak_default():

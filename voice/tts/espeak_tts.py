@@ -1,4 +1,4 @@
-"""`EspeakTTSService`: a pipecat TTSService over espeak-ng (ctypes, `voice.espeak`), the offline
+"""`EspeakTTSService`: a pipecat TTSService over espeak-ng (ctypes, `voice.tts.espeak`), the offline
 default voice.
 
 Contract: consumes pipecat text frames like any TTSService; speaks each clause as soon as
@@ -22,8 +22,8 @@ from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
-from voice.clause_aggregator import ClauseTextAggregator
-from voice.espeak import Espeak
+from voice.tts.clause_aggregator import ClauseTextAggregator
+from voice.tts.espeak import Espeak
 
 CHUNK_SECS = 0.2  # audio per TTSAudioRawFrame
 

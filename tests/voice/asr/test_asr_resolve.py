@@ -10,8 +10,8 @@ import shutil
 from voice_client import connect
 from voice_fixtures import TINY_WHISPER, LiveServer, scaled
 
-from voice import protocol
-from voice.asr import resolve_asr
+from voice.asr.resolve import resolve_asr
+from voice.transport import protocol
 
 
 def test_local_ct2_dir_loads_whisper_and_transcribes(speech):
@@ -53,7 +53,7 @@ def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech):
 
 
 def test_domain_lm_is_a_normalized_bigram(tmp_path):
-    from voice.pocketsphinx_lm import bigram_model
+    from voice.asr.pocketsphinx_lm import bigram_model
 
     rng = random.Random(0)
     vocab = {"when", "do", "you", "open", "close", "on", "friday", "hi", "thanks"}

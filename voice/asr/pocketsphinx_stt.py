@@ -5,7 +5,7 @@ is a 2010s HMM recognizer with a general language model), but it always starts, 
 never dies for lack of weights. Decoders are not thread-safe and take ~0.4 s to build, so a
 `DecoderPool` shared by all sessions hands one decoder to each transcription.
 
-Contract: like `voice.stt_whisper.WhisperSTT`, one finalized TranscriptionFrame per VAD segment,
+Contract: like `voice.asr.whisper_stt.WhisperSTT`, one finalized TranscriptionFrame per VAD segment,
 decoded in a worker thread.
 """
 

@@ -35,8 +35,8 @@ class TtsBackend:
 
 
 def _espeak(voice: str | None, warnings: list[str]) -> TtsBackend:
-    from voice.espeak import Espeak
-    from voice.tts_espeak import EspeakTTSService
+    from voice.tts.espeak import Espeak
+    from voice.tts.espeak_tts import EspeakTTSService
 
     voice = voice or "en-us"
     rate = Espeak.shared().sample_rate
