@@ -12,7 +12,9 @@ request's failure never disturbs the others: bad params are rejected before they
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
+import json
 import logging
 import threading
 import time
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from engine.constrained import build_plan
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
@@ -44,6 +47,7 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    tool_call: dict | None = None  # {"name", "arguments": JSON text} on a call's final delta
 
 
 @dataclass
@@ -105,6 +109,14 @@ class Engine:
             raise ValueError("messages must be a non-empty list")
         prompt = self.tokenizer.encode_chat(messages)
         mc = self.model_config
+        plan = build_plan(params.tools, params.tool_choice, params.response_format,
+                          self.tokenizer, int(mc.eos_token_ids[0]))
+        state = plan.start() if plan is not None else None
+        if state is not None and state.structured:  # the answer is the skeleton: its length
+            params = dataclasses.replace(params, max_new_tokens=plan.max_length)
+        if plan is not None and len(prompt) + plan.max_length > self.max_seq_len:
+            raise ValueError(f"prompt ({len(prompt)} tokens) + the longest structured answer "
+                             f"({plan.max_length}) exceeds max_seq_len {self.max_seq_len}")
         model_block = mc.block_size if mc.block_causal else 0
         decode_block = params.block_size or (model_block or 32)
         if model_block and model_block % decode_block:
@@ -113,6 +125,7 @@ class Engine:
         seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
                        params, model_block, decode_block, int(mc.logit_shift),
                        self.config.prefix_cache)
+        seq.constraint = state
         if seq.canvas_end > self.max_seq_len:
             raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
                              f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
@@ -227,6 +240,9 @@ class Engine:
         caller = self._callers.get(seq.request_id)
         if caller is None:
             return
+        if seq.constraint is not None and seq.constraint.structured:
+            self._emit_structured(ev, caller)
+            return
         caller.text += caller.detok.feed(ev.token_ids)
         finished, reason = ev.finished, ev.finish_reason
         if finished:
@@ -247,6 +263,21 @@ class Engine:
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
             now - seq.t_submit))
+
+    def _emit_structured(self, ev: Committed, caller: _Caller) -> None:
+        """A call / JSON answer: nothing readable until the whole skeleton is decoded."""
+        seq, state = ev.seq, ev.seq.constraint
+        text, call, reason = "", None, ev.finish_reason
+        if ev.finished and reason == "stop":
+            if state.mode == "json":
+                text = json.dumps(state.value(), ensure_ascii=False)
+            else:
+                call, reason = state.tool_call(), "tool_calls"
+        now = time.perf_counter()
+        self._deliver(seq.request_id, Delta(
+            seq.request_id, text, ev.token_ids, ev.finished, reason, seq.prompt_len,
+            len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
+            now - seq.t_submit, call))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)

@@ -35,6 +35,13 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # schema-constrained decoding (engine/constrained/, docs/tool-calling.md): OpenAI-shaped
+    # function tools, tool_choice ("none" / "auto" / "required" / {"type": "function", ...}) and
+    # response_format ({"type": "json_schema", "json_schema": {"schema": {...}}}); validated
+    # in depth by the engine when the request is prepared.
+    tools: tuple[dict, ...] = ()
+    tool_choice: str | dict | None = None
+    response_format: dict | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -60,6 +67,14 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         if not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError(f"stop must be a sequence of non-empty strings, got {self.stop!r}")
+        if isinstance(self.tools, list):
+            object.__setattr__(self, "tools", tuple(self.tools))
+        if not isinstance(self.tools, tuple) or not all(isinstance(t, dict) for t in self.tools):
+            raise ValueError(f"tools must be a sequence of tool objects, got {self.tools!r}")
+        if self.tool_choice is not None and not isinstance(self.tool_choice, str | dict):
+            raise ValueError(f"tool_choice must be a string or an object, got {self.tool_choice!r}")
+        if self.response_format is not None and not isinstance(self.response_format, dict):
+            raise ValueError(f"response_format must be an object, got {self.response_format!r}")
 
 
 @dataclass(frozen=True)

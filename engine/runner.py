@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.constrained.hook import after_pass, constrain_pass
 from engine.cuda_graphs import StaticForward
 from engine.loader import LoadedModel
 from engine.params import EngineConfig
@@ -64,6 +65,8 @@ class ModelRunner:
             g.manual_seed(s.params.seed if s.params.seed is not None
                           else int(torch.randint(0, 2**62, (1,)).item()))
             self.generators[s.slot] = g
+        if s.constraint is not None:  # tool call / JSON skeleton laid up front
+            s.constraint.on_admit(self, s)
 
     def release(self, s: Sequence) -> None:
         self.generators.pop(s.slot, None)
@@ -107,6 +110,8 @@ class ModelRunner:
         d_end = col([r.d_end for r in rows])[:, None]
         in_block = (wpos >= d_start) & (wpos < d_end)
         maskable = (cur == self.mask_id) & in_block
+        # schema-constrained rows (tool calls, response_format): logit masks, blocked commits
+        logits, maskable = constrain_pass(rows, logits, wpos, cur, maskable, self.mask_id)
         names = sorted({r.params.policy for r in rows})
         pred, conf, entropy = predict(
             logits, self.mask_id, [r.params.temperature for r in rows],
@@ -129,8 +134,10 @@ class ModelRunner:
         self.seq[slots[:, None], torch.where(in_window, wpos, self.T)] = new
         remaining = ((new == self.mask_id) & in_block).sum(-1)
         host = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
-        return StepOutput(window_start=[r.q_end - W for r in rows],
-                          tokens=[h[:-1] for h in host], remaining=[h[-1] for h in host])
+        out = StepOutput(window_start=[r.q_end - W for r in rows],
+                         tokens=[h[:-1] for h in host], remaining=[h[-1] for h in host])
+        after_pass(self, rows, out.window_start, out.tokens)  # may lay more of a call's skeleton
+        return out
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:

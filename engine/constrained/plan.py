@@ -1,0 +1,151 @@
+"""From a request's tools / tool_choice / response_format to a compiled plan and its start mode.
+
+    plan = build_plan(params, tokenizer, eos_id)   # None when nothing is constrained
+    state = plan.start()                           # a fresh ConstrainedState per request
+tool_choice (OpenAI's values): "none" -> text (call opening banned); "auto" (default when tools
+are given) -> decide; "required" -> name (or call when one tool); {"type": "function",
+"function": {"name": N}} -> call of N. response_format {"type": "json_schema", "json_schema":
+{"schema": S}} -> json; {"type": "text"} -> None; {"type": "json_object"} -> see json_schema_of.
+Plans are cached per tokenizer and request shape (the compiled layouts are pure data).
+Raises ValueError naming the offending field on malformed or unsupported input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from engine.constrained.layout import Layout, compile_call, compile_value
+from engine.constrained.slots import Vocab
+from engine.constrained.state import ConstrainedState
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_CACHE_MAX = 64
+
+
+@dataclass
+class Plan:
+    vocab: Vocab
+    mode: str                       # start mode of each request
+    names: list[str]                # tool names, in request order
+    layouts: dict[str, Layout]      # per tool
+    forced_tool: str | None
+    json_layout: Layout | None
+    open_id: int                    # first token of the call opening
+    name_end: int                   # relative end of the shared header + name slot
+
+    def start(self) -> ConstrainedState:
+        tool = self.forced_tool or (self.names[0] if len(self.names) == 1 else None)
+        mode = self.mode
+        if mode == "name" and tool is not None:
+            mode = "call"
+        return ConstrainedState(self, mode, tool)
+
+    @property
+    def max_length(self) -> int:
+        """Longest structured answer (tokens incl. EOS) this plan can produce."""
+        lengths = [lay.length for lay in self.layouts.values()]
+        if self.json_layout is not None:
+            lengths.append(self.json_layout.length)
+        return max(lengths, default=0)
+
+
+def _vocab(tokenizer) -> Vocab:
+    vocab = getattr(tokenizer, "_diffvoice_vocab", None)
+    if vocab is None:
+        vocab = Vocab(tokenizer)
+        tokenizer._diffvoice_vocab = vocab
+    return vocab
+
+
+def tool_function(tool, i: int) -> tuple[str, dict]:
+    """(name, parameters schema) of one OpenAI-style tool; ValueError naming tools[i]."""
+    if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        raise ValueError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+    fn = tool.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+    params = fn.get("parameters") or {"type": "object", "properties": {}}
+    if not isinstance(params, dict) or params.get("type", "object") != "object":
+        raise ValueError(f"tools[{i}].function.parameters must be an object schema")
+    return fn["name"], {**params, "type": "object"}
+
+
+def choice_mode(tool_choice, names: list[str]) -> tuple[str, str | None]:
+    if tool_choice is None or tool_choice == "auto":
+        return "decide", None
+    if tool_choice == "none":
+        return "text", None
+    if tool_choice == "required":
+        return "name", None
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        name = (tool_choice.get("function") or {}).get("name")
+        if name not in names:
+            raise ValueError(f"tool_choice names function {name!r}, which is not in tools "
+                             f"({names})")
+        return "call", name
+    raise ValueError("tool_choice must be 'none', 'auto', 'required' or "
+                     "{'type': 'function', 'function': {'name': ...}}")
+
+
+def json_schema_of(response_format) -> dict | None:
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise ValueError("response_format must be an object")
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        raise ValueError("response_format json_object is not supported yet: give a "
+                         "json_schema (an object schema) instead")
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise ValueError("response_format.json_schema.schema must be a JSON schema object")
+        return spec["schema"]
+    raise ValueError(f"response_format.type must be text, json_object or json_schema, "
+                     f"got {kind!r}")
+
+
+_cache: dict[tuple, Plan] = {}
+
+
+def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int) -> Plan | None:
+    schema = json_schema_of(response_format)
+    if not tools and schema is None:
+        if tool_choice not in (None, "none", "auto"):
+            raise ValueError("tool_choice needs tools")
+        return None
+    key = (id(tokenizer), json.dumps([tools, tool_choice, schema], sort_keys=True, default=str))
+    plan = _cache.get(key)
+    if plan is not None:
+        return plan
+    vocab = _vocab(tokenizer)
+    open_ids = vocab.encode(TOOL_CALL_OPEN)
+    if schema is not None:
+        if tools and tool_choice != "none":
+            raise ValueError("response_format json_schema cannot be combined with tools")
+        layout = compile_value(schema, vocab, eos_id)
+        plan = Plan(vocab, "json", [], {}, None, layout, open_ids[0], 0)
+    else:
+        functions = [tool_function(t, i) for i, t in enumerate(tools)]
+        names = [n for n, _ in functions]
+        if len(set(names)) != len(names):
+            raise ValueError("tools: function names must be unique")
+        mode, forced = choice_mode(tool_choice, names)
+        layouts = {n: compile_call(names if forced is None else [forced], n, p, vocab, eos_id,
+                                   TOOL_CALL_OPEN, TOOL_CALL_CLOSE) for n, p in functions}
+        start, name_slot = layouts[names[0]].slots[0]
+        name_end = start + name_slot.width
+        head = {r: t for r, t in layouts[names[0]].fixed.items() if r < name_end}
+        for n, lay in layouts.items():
+            if {r: t for r, t in lay.fixed.items() if r < name_end} != head \
+                    or lay.slots[0][0] != start:
+                raise ValueError(f"tools: the call header of {n!r} tokenizes differently")
+        plan = Plan(vocab, mode, names, layouts, forced, None, open_ids[0], name_end)
+    if len(_cache) >= _CACHE_MAX:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = plan
+    return plan

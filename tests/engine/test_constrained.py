@@ -1,0 +1,225 @@
+"""Schema-constrained decoding (engine/constrained/) with random-weight models: every call parses
+and validates, whatever the weights; the canvas is the wire text plus JSON whitespace; ordinary
+requests batched beside constrained ones decode exactly as alone; tool_choice modes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+import pytest
+import torch
+
+from engine import Engine, EngineConfig, SamplingParams
+from engine.constrained import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from engine.testing import make_random_checkpoint
+
+TIME = r"^([01]\d|2[0-3]):([0-5]\d)$"
+
+
+def fn(name, props, required=None):
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": props,
+        "required": list(props) if required is None else required}}}
+
+
+TOOLS = [
+    fn("book_appointment", {
+        "service": {"type": "string", "enum": ["cleanings", "fillings", "teeth whitening",
+                                               "emergency visits"]},
+        "day": {"type": "string", "enum": ["monday", "tuesday", "wednesday", "thursday",
+                                           "friday", "saturday", "sunday"]},
+        "time": {"type": "string", "pattern": TIME},
+        "name": {"type": "string", "maxLength": 12}}),
+    fn("check_availability", {
+        "service": {"type": "string", "enum": ["cleanings", "crowns"]},
+        "day": {"type": "string", "enum": ["monday", "friday"]},
+        "time": {"type": ["string", "null"], "pattern": TIME}}, ["service", "day"]),
+    fn("set_volume", {
+        "level": {"type": "integer", "minimum": 0, "maximum": 100},
+        "delta": {"type": "integer"},
+        "mute": {"type": "boolean"},
+        "room": {"type": "object", "properties": {
+            "floor": {"type": "integer", "minimum": -2, "maximum": 9},
+            "label": {"type": "string", "minLength": 2, "maxLength": 6}}}}),
+    fn("noop", {}),
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    path = make_random_checkpoint(tmp_path_factory.mktemp("m"), family="sdar", seed=5,
+                                  init_std=0.5)
+    eng = Engine.from_pretrained(path, EngineConfig(device="cpu", enforce_eager=True,
+                                                    max_running=100, max_queued=0))
+    yield eng
+    eng.close()
+
+
+async def run(engine, messages, params):
+    return [d async for d in engine.generate(messages, params)]
+
+
+def check_call(engine, deltas, expect_name=None):
+    """The call parses, validates, and the canvas is its wire text up to JSON whitespace."""
+    last = deltas[-1]
+    assert last.finished and last.finish_reason == "tool_calls", last.finish_reason
+    call = last.tool_call
+    assert call is not None and (expect_name is None or call["name"] == expect_name)
+    args = json.loads(call["arguments"])
+    jsonschema.validate(args, SCHEMAS[call["name"]])
+    assert list(args) == list(SCHEMAS[call["name"]]["properties"])  # every key, in order
+    canvas = engine.tokenizer.tokenizer.decode([t for d in deltas for t in d.token_ids],
+                                               skip_special_tokens=False)
+    assert canvas.startswith(TOOL_CALL_OPEN + "\n") and canvas.endswith("\n" + TOOL_CALL_CLOSE)
+    body = json.loads(canvas[len(TOOL_CALL_OPEN) + 1: -len(TOOL_CALL_CLOSE) - 1])
+    assert body == {"name": call["name"], "arguments": args}
+    assert "".join(d.text for d in deltas) == ""  # a call is not spoken text
+    return call["name"], args
+
+
+@pytest.mark.slow
+async def test_1000_forced_calls_always_parse_and_validate(engine):
+    """Greedy and sampled, every tool_choice that forces a call, four schemas, batches of 100."""
+    choices = [{"type": "function", "function": {"name": n}} for n in SCHEMAS] + ["required"]
+    seen = {n: set() for n in SCHEMAS}
+    for round_ in range(10):
+        batch = []
+        for i in range(100):
+            k = round_ * 100 + i
+            choice = choices[k % len(choices)]
+            params = SamplingParams(
+                max_new_tokens=8, tools=TOOLS, tool_choice=choice, policy="threshold",
+                threshold=0.9 if k % 3 else 0.5, temperature=0.0 if k % 2 else 1.5, seed=k)
+            batch.append(run(engine, [{"role": "user", "content": f"call {k} please"}], params))
+        results = await asyncio.gather(*batch)
+        for k, deltas in enumerate(results, start=round_ * 100):
+            choice = choices[k % len(choices)]
+            want = choice["function"]["name"] if isinstance(choice, dict) else None
+            name, args = check_call(engine, deltas, want)
+            seen[name].add(json.dumps(args, sort_keys=True))
+    # sampling explores: not one fixed answer per schema
+    assert all(len(v) > 1 for n, v in seen.items() if n != "noop"), {
+        n: len(v) for n, v in seen.items()}
+
+
+async def test_plain_requests_beside_constrained_ones_decode_as_alone(engine):
+    plain = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    msgs = [{"role": "user", "content": "Hello there"}]
+    alone = await run(engine, msgs, plain)
+    forced = SamplingParams(max_new_tokens=8, tools=TOOLS, tool_choice="required")
+    mixed = await asyncio.gather(run(engine, msgs, plain),
+                                 *[run(engine, [{"role": "user", "content": f"x{i}"}], forced)
+                                   for i in range(5)])
+    ids = lambda ds: [t for d in ds for t in d.token_ids]  # noqa: E731
+    assert ids(mixed[0]) == ids(alone)
+    for deltas in mixed[1:]:
+        check_call(engine, deltas)
+
+
+async def test_tool_choice_none_and_auto_answer_in_text_when_the_model_does_not_call(engine):
+    msgs = [{"role": "user", "content": "when do you open"}]
+    for choice in ("none", "auto", None):
+        deltas = await run(engine, msgs, SamplingParams(max_new_tokens=8, tools=TOOLS,
+                                                        tool_choice=choice))
+        assert deltas[-1].tool_call is None and deltas[-1].finish_reason in ("stop", "length")
+        first = deltas[0].token_ids[0] if deltas[0].token_ids else None
+        assert first != engine.tokenizer.encode(TOOL_CALL_OPEN)[0]
+
+
+async def test_auto_calls_when_the_call_opening_is_the_models_choice(tmp_path):
+    """A model whose logits favour the opening token at every slot: `auto` decides to call,
+    then the skeleton's constraints take over (the slots still decode to valid values)."""
+    path = make_random_checkpoint(tmp_path, family="sdar", seed=1)
+    eng = Engine.from_pretrained(path, EngineConfig(device="cpu", enforce_eager=True))
+    open_id = eng.tokenizer.encode(TOOL_CALL_OPEN)[0]
+    forward = eng.loaded.model.forward_step
+
+    def biased(*args, **kwargs):
+        logits = forward(*args, **kwargs)
+        logits[..., open_id] += 1e4
+        return logits
+
+    eng.loaded.model.forward_step = biased
+    try:
+        for tools in (TOOLS[:1], TOOLS):
+            deltas = await run(eng, [{"role": "user", "content": "book me"}],
+                               SamplingParams(max_new_tokens=8, tools=tools, tool_choice="auto"))
+            check_call(eng, deltas)
+    finally:
+        eng.close()
+
+
+async def test_response_format_json_schema_validates(engine):
+    schema = {"type": "object", "properties": {
+        "answer": {"type": "string", "maxLength": 10},
+        "confident": {"type": "boolean"},
+        "when": {"type": "object", "properties": {
+            "day": {"type": "string", "enum": ["monday", "friday"]},
+            "time": {"type": ["string", "null"], "pattern": TIME}}},
+        "count": {"type": "integer", "minimum": 1, "maximum": 3}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+    outs = await asyncio.gather(*[run(engine, [{"role": "user", "content": f"q{i}"}],
+                                      SamplingParams(response_format=fmt, temperature=1.0,
+                                                     seed=i)) for i in range(20)])
+    for deltas in outs:
+        assert deltas[-1].finish_reason == "stop" and deltas[-1].tool_call is None
+        value = json.loads("".join(d.text for d in deltas))
+        jsonschema.validate(value, schema)
+        assert list(value) == list(schema["properties"])
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+async def test_bidirectional_families_decode_valid_calls(tmp_path, family):
+    path = make_random_checkpoint(tmp_path, family=family, seed=3, init_std=0.5)
+    eng = Engine.from_pretrained(path, EngineConfig(device="cpu", enforce_eager=True,
+                                                    max_running=20))
+    try:
+        outs = await asyncio.gather(*[run(eng, [{"role": "user", "content": f"c{i}"}],
+                                          SamplingParams(tools=TOOLS, tool_choice="required",
+                                                         block_size=8, temperature=1.0, seed=i))
+                                      for i in range(20)])
+        for deltas in outs:
+            check_call(eng, deltas)
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("params, message", [
+    (dict(tools=[fn("f", {"xs": {"type": "array"}})], tool_choice="required"), "xs"),
+    (dict(tools=[fn("f", {"x": {"type": "string", "pattern": "^[a-z]+$"}})],
+          tool_choice="required"), "time-of-day"),
+    (dict(tools=[fn("f", {"x": {"type": ["string", "null"]}})]), "nullable free string"),
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
+     "not in tools"),
+    (dict(tool_choice="required"), "needs tools"),
+    (dict(response_format={"type": "json_schema", "json_schema": {"schema": {
+        "type": "string"}}}), "object"),
+    (dict(response_format={"type": "xml"}), "response_format.type"),
+])
+def test_unsupported_or_bad_schemas_are_rejected_before_queueing(engine, params, message):
+    with pytest.raises(ValueError, match=message):
+        engine.prepare([{"role": "user", "content": "hi"}], SamplingParams(**params))
+    assert not engine.active_request_ids()
+
+
+def test_canvas_is_laid_up_front(engine):
+    """Before any pass: a forced call's canvas holds every fixed token; masks only in slots."""
+    from engine.constrained.plan import build_plan
+
+    plan = build_plan(TOOLS, {"type": "function", "function": {"name": "book_appointment"}},
+                      None, engine.tokenizer, engine.model_config.eos_token_ids[0])
+    layout = plan.layouts["book_appointment"]
+    slot_positions = {s + j for s, slot in layout.slots for j in range(slot.width)}
+    assert set(layout.fixed) | slot_positions == set(range(layout.length))
+    assert not set(layout.fixed) & slot_positions
+    assert layout.fixed[layout.length - 1] in engine.model_config.eos_token_ids
+    text = engine.tokenizer.tokenizer.decode(
+        [layout.fixed[r] for r in sorted(layout.fixed)][:-1], skip_special_tokens=False)
+    assert text.startswith(TOOL_CALL_OPEN + '\n{"name": "') and text.endswith(TOOL_CALL_CLOSE)
+    at = 0
+    for key in ("arguments", "service", "day", "time", "name"):  # every key laid, in order
+        at = text.index(f'"{key}": ', at) + 1
+    assert torch.tensor(list(layout.fixed.values())).ne(engine.runner.mask_id).all()
