@@ -107,7 +107,8 @@ class Engine:
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
-        prompt = self.tokenizer.encode_chat(messages)
+        prompt = (self.tokenizer.encode_chat(messages, tools=list(params.tools))
+                  if params.tools else self.tokenizer.encode_chat(messages))
         mc = self.model_config
         plan = build_plan(params.tools, params.tool_choice, params.response_format,
                           self.tokenizer, int(mc.eos_token_ids[0]))

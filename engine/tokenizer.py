@@ -73,19 +73,21 @@ class ChatTokenizer:
                 return tid
         return None
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True,
+               tools: list[dict] | None = None) -> str:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content'")
         return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                     bos_token=self.special.get("bos_token", ""),
-                                    eos_token=self.special.get("eos_token", ""))
+                                    eos_token=self.special.get("eos_token", ""),
+                                    tools=tools)  # templates with tool support (Qwen, Hermes)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        return self.encode(self.render(messages))
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        return self.encode(self.render(messages, tools=tools))
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

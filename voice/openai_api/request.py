@@ -6,6 +6,10 @@
 (`{"error": {"message", "type", "param", "code"}}`). Pure: knows nothing about HTTP, the event loop
 or the engine's internals; the router turns `OpenAIError` into a response.
 
+Tools: `tools`, `tool_choice`, `parallel_tool_calls` (at most one call per turn is made),
+`response_format` (text / json_object / json_schema) become SamplingParams fields; assistant
+messages may carry `tool_calls`, and `tool` messages (with `tool_call_id`) carry results.
+
 Diffusion knobs arrive as extra top-level fields (the OpenAI client's `extra_body`):
 `steps_per_block`, `threshold`, `entropy_bound`, `block_size`, `policy`, `ignore_eos`.
 `reasoning_effort` is mapped onto them (see `EFFORT_PRESETS`); explicit knobs win over the preset.
@@ -59,8 +63,7 @@ EFFORT_PRESETS: dict[str, dict[str, Any]] = {
 # so clients that always send defaults keep working. Anything else -> 400 unsupported_parameter.
 _NEUTRAL: dict[str, Any] = {
     "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0, "logprobs": False,
-    "parallel_tool_calls": True, "logit_bias": {}, "tools": [], "functions": [],
-    "modalities": ["text"], "response_format": {"type": "text"},
+    "logit_bias": {}, "functions": [], "modalities": ["text"],
 }
 # Fields that change nothing about the answer; accepted and ignored.
 _IGNORED = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
@@ -69,14 +72,16 @@ _KNOWN = frozenset({
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
     "stream", "stream_options", "n", "reasoning_effort",
     "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
+    "tools", "tool_choice", "parallel_tool_calls", "response_format",
 })
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+          "tool": "tool"}
 
 
 @dataclass(frozen=True)
 class ChatRequest:
     model: str
-    messages: tuple[dict[str, str], ...]   # [{"role": system|user|assistant, "content": str}]
+    messages: tuple[dict[str, Any], ...]   # [{"role", "content": str, + tool_calls / tool_call_id}]
     params: SamplingParams
     stream: bool
     include_usage: bool
@@ -118,7 +123,7 @@ def _text_content(content: Any, param: str) -> str:
     raise _invalid("Message content must be a string or a list of text parts.", param)
 
 
-def _parse_messages(raw: Any) -> tuple[dict[str, str], ...]:
+def _parse_messages(raw: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(raw, list) or not raw:
         raise _invalid("'messages' must be a non-empty array.", "messages")
     messages = []
@@ -129,15 +134,101 @@ def _parse_messages(raw: Any) -> tuple[dict[str, str], ...]:
         role = message.get("role")
         if role not in _ROLES:
             raise _invalid(f"Unsupported role {role!r}; supported: system, developer, user, "
-                           "assistant.", f"{param}.role")
-        extra = sorted(set(message) - {"role", "content", "name"}
-                       - {k for k, v in message.items() if v is None})
+                           "assistant, tool.", f"{param}.role")
+        allowed = {"role", "content", "name"} | (
+            {"tool_calls", "refusal"} if role == "assistant" else
+            {"tool_call_id"} if role == "tool" else set())
+        extra = sorted(set(message) - allowed - {k for k, v in message.items() if v is None})
         if extra:
             raise _invalid(f"Message field '{extra[0]}' is not supported.", f"{param}.{extra[0]}",
                            "unsupported_parameter")
-        messages.append({"role": _ROLES[role],
-                         "content": _text_content(message.get("content"), f"{param}.content")})
+        out: dict[str, Any] = {"role": _ROLES[role]}
+        if role == "assistant" and message.get("tool_calls"):
+            out["tool_calls"] = parse_tool_calls(message["tool_calls"], f"{param}.tool_calls")
+            content = message.get("content")
+            out["content"] = "" if content is None else _text_content(content, f"{param}.content")
+        else:
+            out["content"] = _text_content(message.get("content"), f"{param}.content")
+        if role == "tool":
+            if not isinstance(message.get("tool_call_id"), str):
+                raise _invalid("A tool message needs a string 'tool_call_id'.",
+                               f"{param}.tool_call_id")
+            out["tool_call_id"] = message["tool_call_id"]
+        messages.append(out)
     return tuple(messages)
+
+
+def parse_tool_calls(raw: Any, param: str) -> list[dict[str, Any]]:
+    """An assistant message's `tool_calls`, kept in OpenAI's shape (arguments as JSON text)."""
+    if not isinstance(raw, list):
+        raise _invalid("'tool_calls' must be an array.", param)
+    calls = []
+    for j, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if (not isinstance(fn, dict) or not isinstance(fn.get("name"), str)
+                or not isinstance(fn.get("arguments"), str)):
+            raise _invalid("Each tool call needs function.name and function.arguments (a JSON "
+                           "string).", f"{param}[{j}]")
+        calls.append({"id": str(call.get("id") or f"call_{j}"), "type": "function",
+                      "function": {"name": fn["name"], "arguments": fn["arguments"]}})
+    return calls
+
+
+def _tools(body: dict) -> dict[str, Any]:
+    """tools / tool_choice / response_format -> SamplingParams fields (shape checks here; the
+    engine checks the schemas themselves and names the offending path)."""
+    fields: dict[str, Any] = {}
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _invalid("'tools' must be an array of function tools.", "tools")
+        for i, tool in enumerate(tools):
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if (not isinstance(tool, dict) or tool.get("type") != "function"
+                    or not isinstance(fn, dict) or not isinstance(fn.get("name"), str)):
+                raise _invalid("Each tool must be {'type': 'function', 'function': {'name': ..., "
+                               "'parameters': {...}}}.", f"tools[{i}]")
+            if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+                raise _invalid("'parameters' must be a JSON schema object.",
+                               f"tools[{i}].function.parameters")
+        if tools:
+            fields["tools"] = tuple(tools)
+    choice = body.get("tool_choice")
+    if choice is not None:
+        if choice in ("none", "auto", "required"):
+            pass
+        elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(
+                (choice.get("function") or {}).get("name"), str):
+            names = [t["function"]["name"] for t in (tools or [])]
+            if choice["function"]["name"] not in names:
+                raise _invalid(f"tool_choice names function {choice['function']['name']!r}, "
+                               "which is not in 'tools'.", "tool_choice")
+        else:
+            raise _invalid("'tool_choice' must be 'none', 'auto', 'required' or {'type': "
+                           "'function', 'function': {'name': ...}}.", "tool_choice")
+        if choice != "none" and not tools:
+            if choice != "auto":
+                raise _invalid("'tool_choice' needs 'tools'.", "tool_choice")
+        else:
+            fields["tool_choice"] = choice
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise _invalid("'parallel_tool_calls' must be a boolean.", "parallel_tool_calls")
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+                raise _invalid("'response_format.json_schema.schema' must be a JSON schema "
+                               "object.", "response_format.json_schema.schema")
+            fields["response_format"] = fmt
+        elif kind == "json_object":
+            fields["response_format"] = fmt
+        elif kind != "text":
+            raise _invalid("'response_format.type' must be 'text', 'json_object' or "
+                           "'json_schema'.", "response_format.type")
+    return fields
 
 
 def _check_fields(body: dict) -> None:
@@ -256,6 +347,7 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
                            "stream_options.include_usage")
 
     fields: dict[str, Any] = _knobs(body, defaults)
+    fields.update(_tools(body))
     max_tokens = _max_tokens(body)
     if max_tokens is not None:
         fields["max_new_tokens"] = max_tokens

@@ -9,6 +9,9 @@ Contract:
 - Every error is OpenAI-shaped JSON: 400 invalid request, 401 bad/missing bearer key (only when
   `config.api_keys` is non-empty), 404 unknown model, 503 engine overloaded (with Retry-After).
 - The engine is never waited on synchronously: `engine.generate` is async and runs its own thread.
+- Tools: a call arrives whole on the engine's final delta (its skeleton is committed up front
+  and only its values are decoded); it is sent as `message.tool_calls` with finish_reason
+  "tool_calls", or streamed as OpenAI does (id/type/name first, then argument pieces).
 - A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
   engine request aborted, so the slot frees before the engine's next step.
 Knows nothing about the voice pipeline; request parsing lives in `request.py`.
@@ -126,7 +129,10 @@ def _engine_errors(exc: Exception) -> OpenAIError:
     if isinstance(exc, EngineOverloaded):
         return OpenAIError(503, f"The engine is overloaded ({exc}); retry shortly.",
                            type="server_error", code="engine_overloaded")
-    return OpenAIError(400, str(exc), code="invalid_value")
+    message = str(exc)
+    head = message.split(":", 1)[0].split("[", 1)[0].split(".", 1)[0].split(" ", 1)[0]
+    param = head if head in ("tools", "tool_choice", "response_format") else None
+    return OpenAIError(400, message, param=param, code="invalid_value")
 
 
 def _usage(delta: Any) -> dict[str, int]:
@@ -139,6 +145,25 @@ def _finish_reason(delta: Any) -> str:
         raise OpenAIError(503, "The engine aborted this request.", type="server_error",
                           code="engine_aborted")
     return delta.finish_reason or "stop"
+
+
+def _tool_call(call: dict[str, str]) -> dict[str, Any]:
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": call["name"], "arguments": call["arguments"]}}
+
+
+ARGUMENT_CHUNK_CHARS = 24
+
+
+def _tool_call_deltas(call: dict[str, str]) -> list[dict[str, Any]]:
+    """OpenAI's streamed shape: index, id, type and name (arguments ""), then argument pieces."""
+    full = _tool_call(call)
+    parts = [{"index": 0, "id": full["id"], "type": "function",
+              "function": {"name": call["name"], "arguments": ""}}]
+    args = call["arguments"]
+    for i in range(0, len(args), ARGUMENT_CHUNK_CHARS):
+        parts.append({"index": 0, "function": {"arguments": args[i:i + ARGUMENT_CHUNK_CHARS]}})
+    return parts
 
 
 def _sse(payload: dict[str, Any] | str) -> str:
@@ -195,11 +220,14 @@ def make_router(state: Any) -> APIRouter:
         except BaseException:
             engine.abort(request_id)  # client gone, cancelled or engine failure: free the slot
             raise
+        message = {"role": "assistant", "content": text, "refusal": None}
+        if getattr(last, "tool_call", None) is not None:
+            message = {"role": "assistant", "content": None, "refusal": None,
+                       "tool_calls": [_tool_call(last.tool_call)]}
         return JSONResponse({
             "id": request_id, "object": "chat.completion", "created": created,
             "model": chat.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
-                                                 "refusal": None},
+            "choices": [{"index": 0, "message": message,
                          "logprobs": None, "finish_reason": _finish_reason(last)}],
             "usage": _usage(last),
         })
@@ -243,6 +271,9 @@ def make_router(state: Any) -> APIRouter:
                 while True:
                     if delta.text:
                         yield chunk({"content": delta.text})
+                    if getattr(delta, "tool_call", None) is not None:
+                        for part in _tool_call_deltas(delta.tool_call):
+                            yield chunk({"tool_calls": [part]})
                     if delta.finished:
                         break
                     delta = await anext(deltas)
