@@ -1,0 +1,185 @@
+"""The receptionist's appointment book: a real SQLite file, one week of weekday slots.
+
+    book = AppointmentBook(path, facts)      # creates the file and tables on first use
+    book.free_starts("cleanings", "friday")  # -> ["08:00", "08:30", ...]
+    book.book("cleanings", "friday", "10:00", "ann lee") -> Booking | None
+    book.cancel("ann lee", "friday") -> bool
+Slots come from the fact sheet: each day's opening hours on a 30-minute grid (SLOT_MIN) and each
+service's duration ("45 minutes", "1 hour", "90 minutes"); a visit must end by closing time and
+occupies every grid cell it overlaps. One chair: two visits never overlap. Days are weekday names
+(the demo books into one recurring week; no dates).
+
+No double booking, across threads and processes: a booking is one `BEGIN IMMEDIATE` transaction
+that inserts the visit and one `cells(day, cell)` row per occupied cell; `(day, cell)` is the
+primary key, so a second booking of an overlapping slot fails its insert and rolls back whole.
+Bookings survive restarts (it is a file). Knows nothing about pipecat or the engine.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SLOT_MIN = 30
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS visits (
+    id INTEGER PRIMARY KEY,
+    service TEXT NOT NULL,
+    day TEXT NOT NULL,
+    start_min INTEGER NOT NULL,
+    end_min INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cells (
+    day TEXT NOT NULL,
+    cell INTEGER NOT NULL,
+    visit_id INTEGER NOT NULL REFERENCES visits(id) ON DELETE CASCADE,
+    PRIMARY KEY (day, cell)
+);
+"""
+
+
+def duration_minutes(text: str, where: str) -> int:
+    """'45 minutes' / '1 hour' / '90 minutes' / '1.5 hours' -> minutes (ValueError otherwise)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(minutes?|mins?|hours?|h)\s*", text or "")
+    if not match:
+        raise ValueError(f"{where}: duration must be like '45 minutes' or '1 hour', got {text!r}")
+    value = float(match.group(1)) * (60 if match.group(2).startswith("h") else 1)
+    if value <= 0 or value != int(value):
+        raise ValueError(f"{where}: duration must be a whole, positive number of minutes")
+    return int(value)
+
+
+def _clock(text: str) -> int:
+    """'8 am' / '10:30 pm' -> minutes after midnight."""
+    match = re.fullmatch(r"\s*(\d{1,2})(?::(\d\d))?\s*(am|pm)\s*", text)
+    if not match:
+        raise ValueError(f"opening hours must read like '8 am to 5 pm', got {text!r}")
+    return int(match.group(1)) % 12 * 60 + (720 if match.group(3) == "pm" else 0) + int(
+        match.group(2) or 0)
+
+
+def hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def parse_hhmm(text: str) -> int | None:
+    match = re.fullmatch(r"([01]\d|2[0-3]):([0-5]\d)", text or "")
+    return int(match.group(1)) * 60 + int(match.group(2)) if match else None
+
+
+@dataclass(frozen=True)
+class Booking:
+    id: int
+    service: str
+    day: str
+    time: str
+    name: str
+
+
+class AppointmentBook:
+    def __init__(self, path: str | Path, facts) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.hours: dict[str, tuple[int, int] | None] = {}
+        for day in DAYS:
+            spec = dict(facts.hours).get(day, "closed")
+            if spec == "closed":
+                self.hours[day] = None
+            else:
+                start, end = (_clock(p) for p in spec.split(" to "))
+                self.hours[day] = (start, end)
+        self.durations = {s.name: duration_minutes(s.duration, f"services[{s.name}].duration")
+                          for s in facts.services}
+        self._local = threading.local()
+        with self._conn() as conn:
+            conn.executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:  # one connection per thread (sqlite3 objects are per-thread)
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA journal_mode = WAL")
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # ------------------------------------------------------------------ queries
+    def _cells(self, start: int, service: str) -> range:
+        end = start + self.durations[service]
+        return range(start // SLOT_MIN, -(-end // SLOT_MIN))
+
+    def starts(self, service: str, day: str) -> list[int]:
+        """Every grid start on `day` at which `service` fits inside opening hours."""
+        hours = self.hours.get(day)
+        if hours is None:
+            return []
+        open_, close = hours
+        first = -(-open_ // SLOT_MIN) * SLOT_MIN
+        return [m for m in range(first, close, SLOT_MIN) if m + self.durations[service] <= close]
+
+    def free_starts(self, service: str, day: str) -> list[str]:
+        taken = {row[0] for row in self._conn().execute(
+            "SELECT cell FROM cells WHERE day = ?", (day,))}
+        return [hhmm(m) for m in self.starts(service, day)
+                if not taken.intersection(self._cells(m, service))]
+
+    def bookings(self, day: str | None = None) -> list[Booking]:
+        sql = "SELECT id, service, day, start_min, name FROM visits"
+        rows = self._conn().execute(sql + (" WHERE day = ?" if day else "") + " ORDER BY id",
+                                    (day,) if day else ())
+        return [Booking(i, s, d, hhmm(m), n) for i, s, d, m, n in rows]
+
+    # ------------------------------------------------------------------ changes
+    def book(self, service: str, day: str, time_: str, name: str) -> Booking | None:
+        """Book atomically; None when the slot is taken or outside opening hours."""
+        start = parse_hhmm(time_)
+        if service not in self.durations or day not in self.hours or start is None \
+                or start not in self.starts(service, day):
+            return None
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cur = conn.execute(
+                "INSERT INTO visits (service, day, start_min, end_min, name, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (service, day, start, start + self.durations[service], name.strip(), time.time()))
+            visit = cur.lastrowid
+            conn.executemany("INSERT INTO cells (day, cell, visit_id) VALUES (?, ?, ?)",
+                             [(day, c, visit) for c in self._cells(start, service)])
+            conn.execute("COMMIT")
+        except sqlite3.IntegrityError:  # an overlapping visit holds a cell: nothing is kept
+            conn.execute("ROLLBACK")
+            return None
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return Booking(visit, service, day, hhmm(start), name.strip())
+
+    def cancel(self, name: str, day: str) -> bool:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM visits WHERE day = ? AND lower(trim(name)) = lower(trim(?))",
+                (day, name))]
+            for visit in ids:
+                conn.execute("DELETE FROM cells WHERE visit_id = ?", (visit,))
+                conn.execute("DELETE FROM visits WHERE id = ?", (visit,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return bool(ids)

@@ -1,0 +1,111 @@
+"""The receptionist's three tools over the appointment book, for the engine and for pipecat.
+
+    tools = ReceptionistTools.for_model(model_dir, db_path=None)   # facts.yaml of the model
+    tools.schemas                        # OpenAI `tools` list (engine.train.tool_schemas)
+    tools.call("book_appointment", {...}) -> result dict (the `tool` message the model reads)
+    tools.register(llm)                  # pipecat: llm.register_function for each tool
+    tools.tools_schema()                 # pipecat ToolsSchema for an LLMContext
+Results are exactly what the model is trained to read (engine/train/tool_schemas.py):
+  check_availability  {"available": [up to 3 free start times]}  (a free asked-for time first,
+                      then the nearest ones; without a time the earliest)
+  book_appointment    {"booked": true} | {"booked": false, "alternatives": [up to 3]}
+  cancel_appointment  {"cancelled": true} | {"cancelled": false}
+  bad arguments       {"error": "<short text>"}
+The database defaults to `<model dir>/appointments.sqlite3` (created on first run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from voice.receptionist.book import DAYS, AppointmentBook, parse_hhmm
+
+MAX_OFFERED = 3
+DB_FILENAME = "appointments.sqlite3"
+
+
+class ReceptionistTools:
+    def __init__(self, book: AppointmentBook, facts) -> None:
+        from engine.train.tool_schemas import tool_schemas
+
+        self.book = book
+        self.facts = facts
+        self.schemas = tool_schemas(facts)
+        self.names = tuple(t["function"]["name"] for t in self.schemas)
+
+    @classmethod
+    def for_model(cls, model_dir: str | Path, db_path: str | Path | None = None,
+                  facts_path: str | Path | None = None) -> ReceptionistTools:
+        from engine.train.facts import load_facts
+
+        model_dir = Path(model_dir)
+        facts = load_facts(facts_path or model_dir / "facts.yaml")
+        return cls(AppointmentBook(db_path or model_dir / DB_FILENAME, facts), facts)
+
+    # ------------------------------------------------------------------ the tools
+    def _check(self, args: dict[str, Any], need_time: bool) -> str | None:
+        if args.get("service") not in self.book.durations:
+            return f"unknown service {args.get('service')!r}"
+        if args.get("day") not in DAYS:
+            return f"unknown day {args.get('day')!r}"
+        time_ = args.get("time")
+        if (need_time or time_ is not None) and parse_hhmm(time_ or "") is None:
+            return f"time must be HH:MM, got {time_!r}"
+        return None
+
+    def _nearest(self, service: str, day: str, time_: str | None) -> list[str]:
+        free = self.book.free_starts(service, day)
+        if time_ is not None:
+            want = parse_hhmm(time_)
+            free.sort(key=lambda t: (abs(parse_hhmm(t) - want), parse_hhmm(t)))
+        return free[:MAX_OFFERED]
+
+    def check_availability(self, service: str, day: str, time: str | None = None) -> dict:
+        error = self._check({"service": service, "day": day, "time": time}, need_time=False)
+        if error:
+            return {"error": error}
+        return {"available": self._nearest(service, day, time)}
+
+    def book_appointment(self, service: str, day: str, time: str, name: str) -> dict:
+        error = self._check({"service": service, "day": day, "time": time}, need_time=True)
+        if error or not isinstance(name, str) or not name.strip():
+            return {"error": error or "a name is needed"}
+        if self.book.book(service, day, time, name) is not None:
+            return {"booked": True}
+        return {"booked": False, "alternatives": [
+            t for t in self._nearest(service, day, time) if t != time][:MAX_OFFERED]}
+
+    def cancel_appointment(self, name: str, day: str) -> dict:
+        if day not in DAYS or not isinstance(name, str) or not name.strip():
+            return {"error": "a name and a weekday are needed"}
+        return {"cancelled": self.book.cancel(name, day)}
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict:
+        """Run one tool by name (unknown tools and bad arguments give {"error": ...})."""
+        if name not in self.names or not isinstance(arguments, dict):
+            return {"error": f"unknown tool {name!r}"}
+        try:
+            return getattr(self, name)(**arguments)
+        except TypeError as exc:  # missing / unexpected arguments
+            return {"error": str(exc).split(") ", 1)[-1]}
+
+    # ------------------------------------------------------------------ pipecat
+    def tools_schema(self):
+        from pipecat.adapters.schemas.function_schema import FunctionSchema
+        from pipecat.adapters.schemas.tools_schema import ToolsSchema
+
+        return ToolsSchema(standard_tools=[FunctionSchema(
+            name=t["function"]["name"], description=t["function"]["description"],
+            properties=t["function"]["parameters"]["properties"],
+            required=t["function"]["parameters"]["required"]) for t in self.schemas])
+
+    def register(self, llm, *, cancel_on_interruption: bool = True) -> None:
+        """Register every tool on a pipecat LLMService (the book runs in a worker thread)."""
+        for name in self.names:
+            async def handler(params, _name=name):
+                result = await asyncio.to_thread(self.call, _name, dict(params.arguments))
+                await params.result_callback(result)
+
+            llm.register_function(name, handler, cancel_on_interruption=cancel_on_interruption)
