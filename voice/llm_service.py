@@ -12,6 +12,11 @@ Contract:
   cleanup, and also calls `engine.abort(request_id)` explicitly, so a slot is never leaked;
 * a short-answer system prompt is prepended unless the context already starts with one; the
   token budget and denoising passes come from the constructor (ServeConfig).
+* function calling as pipecat's LLM services do: the context's tools (and tool_choice) go to
+  the engine's constrained tool-call mode; a decoded call is handed to `run_function_calls`
+  (handlers registered with `register_function`, `FunctionCallParams`); pipecat's context
+  aggregator stores the call and its result and re-prompts this service, which then speaks the
+  outcome. Barge-in during a call follows `cancel_on_interruption` (pipecat cancels the handler);
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
 
 Knows nothing about audio, sockets or the wire protocol.
@@ -20,8 +25,11 @@ Knows nothing about audio, sockets or the wire protocol.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
+import json
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +45,9 @@ from pipecat.frames.frames import (
 from pipecat.metrics.metrics import LLMTokenUsage
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection
-from pipecat.services.llm_service import LLMService
+from pipecat.services.llm_service import FunctionCallFromLLM, LLMService
 from pipecat.services.settings import LLMSettings
+from pipecat.utils.types import is_given
 
 BUSY_REPLY = "Sorry, I'm handling too many calls right now. Please try again in a moment."
 
@@ -46,26 +55,39 @@ _request_counter = itertools.count(1)
 
 
 def context_to_messages(messages: list[dict[str, Any]], system_prompt: str | None) -> list[dict]:
-    """OpenAI-style context messages -> [{"role", "content": str}] for the engine's template.
+    """OpenAI-style context messages -> the engine's chat messages.
 
-    Multi-part contents keep their text parts; tool/function messages are dropped (the embedded
-    model has no tool calling); "developer" becomes "system".
+    Multi-part contents keep their text parts; "developer" becomes "system"; an assistant
+    message's `tool_calls` (OpenAI shape, arguments as JSON text) and `tool` messages (the
+    results, `tool_call_id` kept) pass through for chat templates that render them; other
+    roles and empty messages are dropped.
     """
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
         if role == "developer":
             role = "system"
-        if role not in ("system", "user", "assistant"):
+        if role not in ("system", "user", "assistant", "tool"):
             continue
         content = message.get("content")
         if isinstance(content, list):
             content = " ".join(
                 part.get("text", "") for part in content if isinstance(part, dict)
             ).strip()
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls:
+            out.append({"role": "assistant", "content": content or "", "tool_calls": [
+                {"id": c.get("id"), "type": "function",
+                 "function": {"name": c["function"]["name"],
+                              "arguments": c["function"].get("arguments") or "{}"}}
+                for c in calls]})
+            continue
         if not isinstance(content, str) or not content:
             continue
-        out.append({"role": role, "content": content})
+        entry = {"role": role, "content": content}
+        if role == "tool":
+            entry["tool_call_id"] = message.get("tool_call_id")
+        out.append(entry)
     if system_prompt and not (out and out[0]["role"] == "system"):
         out.insert(0, {"role": "system", "content": system_prompt})
     return out
@@ -143,11 +165,24 @@ class DiffusionLLMService(LLMService):
             except Exception as e:  # abort of a finished request is harmless
                 logger.debug(f"{self}: abort({request_id}) -> {e!r}")
 
+    def _params_for(self, context: LLMContext):
+        """The service's SamplingParams plus the context's tools and tool_choice (if any)."""
+        tools = context.tools
+        if not is_given(tools) or not tools or not tools.standard_tools:
+            return self._params
+        fields = {"tools": tuple(self.get_llm_adapter().to_provider_tools_format(tools))}
+        choice = context.tool_choice
+        if is_given(choice) and choice is not None:
+            fields["tool_choice"] = choice
+        return dataclasses.replace(self._params, **fields)
+
     async def _respond(self, context: LLMContext) -> None:
         from engine import EngineOverloaded
 
         request_id = f"{self._request_prefix}-{next(_request_counter)}"
         messages = context_to_messages(context.get_messages(), self._system_prompt)
+        params = self._params_for(context)
+        call = None
         await self.push_frame(LLMFullResponseStartFrame())
         await self.start_processing_metrics()
         finished = False
@@ -159,12 +194,14 @@ class DiffusionLLMService(LLMService):
                 self._on_request(request_id)
             first = True
             started = time.perf_counter()
-            async for delta in self._engine.generate(messages, self._params, request_id=request_id):
+            async for delta in self._engine.generate(messages, params, request_id=request_id):
                 if first:
                     await self.stop_ttfb_metrics()
                     first = False
                 if delta.text:
                     await self._push_llm_text(delta.text)
+                if getattr(delta, "tool_call", None) is not None:
+                    call = delta.tool_call
                 if delta.finished:
                     finished = True
                     usage = LLMTokenUsage(
@@ -176,6 +213,10 @@ class DiffusionLLMService(LLMService):
                         f"{self}: {request_id} finished ({delta.finish_reason}) "
                         f"{delta.completion_tokens} tokens in {time.perf_counter() - started:.3f}s"
                     )
+            if call is not None:  # pipecat runs the handler; its result re-prompts us
+                await self.run_function_calls([FunctionCallFromLLM(
+                    context=context, tool_call_id=f"call_{uuid.uuid4().hex[:24]}",
+                    function_name=call["name"], arguments=json.loads(call["arguments"]))])
         except EngineOverloaded as e:
             await self.push_error(error_msg=f"engine overloaded: {e}", exception=e)
             await self._push_llm_text(BUSY_REPLY)

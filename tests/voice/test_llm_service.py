@@ -32,16 +32,22 @@ async def _direct_deltas(engine, messages, params) -> list[str]:
 
 
 def test_context_to_messages():
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "book", "arguments": '{"day": "friday"}'}}
     messages = [
         {"role": "developer", "content": "be nice"},
         {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
-        {"role": "tool", "content": "42", "tool_call_id": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
         {"role": "assistant", "content": "hello"},
         {"role": "user", "content": ""},
+        {"role": "function", "content": "old style"},
     ]
     assert context_to_messages(messages, "SYS") == [
         {"role": "system", "content": "be nice"},
         {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
         {"role": "assistant", "content": "hello"},
     ]
     assert context_to_messages(USER, "SYS")[0] == {"role": "system", "content": "SYS"}

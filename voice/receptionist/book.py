@@ -5,7 +5,7 @@
     book.book("cleanings", "friday", "10:00", "ann lee") -> Booking | None
     book.cancel("ann lee", "friday") -> bool
 Slots come from the fact sheet: each day's opening hours on a 30-minute grid (SLOT_MIN) and each
-service's duration ("45 minutes", "1 hour", "90 minutes"); a visit must end by closing time and
+service's duration (`Service.minutes`, or its duration text: "45 minutes", "1 hour"); a visit must end by closing time and
 occupies every grid cell it overlaps. One chair: two visits never overlap. Days are weekday names
 (the demo books into one recurring week; no dates).
 
@@ -95,8 +95,10 @@ class AppointmentBook:
             else:
                 start, end = (_clock(p) for p in spec.split(" to "))
                 self.hours[day] = (start, end)
-        self.durations = {s.name: duration_minutes(s.duration, f"services[{s.name}].duration")
-                          for s in facts.services}
+        self.durations = {  # the fact sheet's minutes (recep's Service.minutes), else parsed
+            s.name: getattr(s, "minutes", None)
+            or duration_minutes(s.duration, f"services[{s.name}].duration")
+            for s in facts.services}
         self._local = threading.local()
         with self._conn() as conn:
             conn.executescript(_SCHEMA)

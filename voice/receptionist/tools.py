@@ -93,8 +93,8 @@ class ReceptionistTools:
 
     # ------------------------------------------------------------------ pipecat
     def tools_schema(self):
-        from pipecat.adapters.schemas.function_schema import FunctionSchema
-        from pipecat.adapters.schemas.tools_schema import ToolsSchema
+        from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+        from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 
         return ToolsSchema(standard_tools=[FunctionSchema(
             name=t["function"]["name"], description=t["function"]["description"],
