@@ -6,12 +6,13 @@ in `properties` order, every property present) is cut into fixed text and value 
   * a required string's quotes are fixed; the slot is its content;
   * any other value (enum of non-strings, integer, boolean, null, nullable string) is one slot
     holding the whole JSON value (with the space after `": ` moved into it, as BPE merges it).
-Each piece of fixed text after a slot is tokenized on its own; its FIRST token is the slot's
-terminator (e.g. `",` or `"}}` in a tokenizer with JSON merges) and belongs to the slot; the rest
-is laid on the canvas up front. A slot has a fixed width: its longest value plus the terminator;
-a shorter value is followed by its terminator and then single-space tokens (JSON whitespace) up
-to the width. So the canvas text always is valid JSON that differs from the wire text only by
-those spaces.
+Tokenization follows the wire text: a Choice slot's candidates are tokenized jointly with the
+fixed text around them, so tokens that merge across a value's edges (`", `, `"}}`, or a
+`"time": null}}` added token) are the slot's own; a Free slot's terminator is the first token of
+the text after it. A slot has a fixed width: its longest token sequence; a shorter value is
+followed by single-space tokens (JSON whitespace, placed only where JSON allows it) up to the
+width. So the canvas text always is valid JSON that differs from the wire text only by those
+spaces.
 
 Slot kinds (slots.py): `Choice` (a finite candidate list: enum, const, boolean, null, time of day
 "HH:MM" by pattern, integer ranges up to MAX_CHOICES values; nullable variants add `null`) and
@@ -52,7 +53,7 @@ class _Builder:
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self.items: list = []  # str (fixed text) | (slot factory, lead)
+        self.items: list = []  # str (fixed text) | slot spec
 
     def text(self, s: str) -> None:
         if self.items and isinstance(self.items[-1], str):
@@ -61,12 +62,7 @@ class _Builder:
             self.items.append(s)
 
     def slot(self, make) -> int:
-        lead = ""
-        if make.takes_lead and self.items and isinstance(self.items[-1], str) \
-                and self.items[-1].endswith(" "):
-            self.items[-1] = self.items[-1][:-1]
-            lead = " "
-        self.items.append((make, lead))
+        self.items.append(make)
         return sum(1 for it in self.items if not isinstance(it, str)) - 1
 
     def value(self, schema: dict, path: str):
@@ -165,56 +161,96 @@ def _pattern_times(pattern: str, path: str) -> list[str]:
     return times
 
 
-class _ChoiceSpec:
-    takes_lead = True
+def _legal_splits(text: str, in_string: bool) -> set[int]:
+    """Indices of `text` (a JSON fragment) where whitespace may be inserted."""
+    legal, escaped = set(), False
+    for i, ch in enumerate(text):
+        if not in_string:
+            legal.add(i)
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+    if not in_string:
+        legal.add(len(text))
+    return legal
 
+
+class _ChoiceSpec:
     def __init__(self, values: list, path: str, content: bool = False):
         self.values, self.path, self.content = values, path, content
-        self.takes_lead = not content
 
-    def build(self, vocab: Vocab, lead: str, terminator: int) -> Choice:
+    def build(self, vocab: Vocab, before: str, after: str):
+        """Tokenize `before + value + after` for every candidate, jointly (so merges across
+        the value's edges come out as the model saw them in training); the tokens common to all
+        candidates at the front (within `before`) are fixed, the common tail (within `after`,
+        starting where JSON allows whitespace) is handed on as text; the middle is the slot.
+        -> (fixed ids, Choice, text still to lay)."""
         texts = [json.dumps(v, ensure_ascii=False) for v in self.values]
         if self.content:  # string content between fixed quotes
             texts = [t[1:-1] for t in texts]
-        return Choice.build(vocab, self.values, [lead + t for t in texts], terminator, self.path)
+        rows = [vocab.encode(before + t + after) for t in texts]
+        n = 0
+        while all(len(r) > n for r in rows) and len({r[n] for r in rows}) == 1 \
+                and len(vocab.decode(rows[0][: n + 1])) <= len(before):
+            n += 1
+        legal = _legal_splits(after, in_string=self.content)
+        m, k = 0, 0  # m: the longest common tail (tokens) that starts at a legal split
+        while all(len(r) - n > k for r in rows) and len({r[-1 - k] for r in rows}) == 1:
+            k += 1
+            tail = len(vocab.decode(rows[0][len(rows[0]) - k:]))
+            if tail > len(after):
+                break
+            if len(after) - tail in legal:
+                m = k
+        tail_text = after[len(after) - len(vocab.decode(rows[0][len(rows[0]) - m:])):] if m \
+            else ""
+        middles = [r[n: len(r) - m] for r in rows]
+        return rows[0][:n], Choice.build(vocab, self.values, middles, self.path), tail_text
 
 
 class _FreeSpec:
-    takes_lead = False
-
     def __init__(self, kind: str, path: str, **bounds):
         self.kind, self.path, self.bounds = kind, path, bounds
 
-    def build(self, vocab: Vocab, lead: str, terminator: int) -> Free:
-        return Free(vocab, self.kind, terminator, self.path, **self.bounds)
+    def build(self, vocab: Vocab, before: str, after: str):
+        """Fixed `before`; body; terminator = the first token of `after` (its rest handed on)."""
+        term = vocab.encode(after)[0]
+        rest = after[len(vocab.decode([term])):]
+        return vocab.encode(before), Free(vocab, self.kind, term, self.path, **self.bounds), rest
 
 
-def _finish(builder: _Builder, template, eos_id: int) -> Layout:
+def _finish(builder: _Builder, template, eos_id: int, first_after: str | None = None) -> Layout:
     vocab = builder.vocab
     fixed: dict[int, int] = {}
     slots: list[tuple[int, object]] = []
     pos = 0
     items = builder.items
-    pending = None  # (spec, lead) waiting for its terminator
-    for item in items:
-        if isinstance(item, str):
-            ids = vocab.encode(item)
-            if pending is not None:
-                spec, lead = pending
-                slot = spec.build(vocab, lead, ids[0])
-                slots.append((pos, slot))
-                pos += slot.width
-                ids = ids[1:]
-                pending = None
-            for tid in ids:
-                fixed[pos] = tid
-                pos += 1
-        else:
-            if pending is not None:
-                raise ValueError("two value slots without text between them")
-            pending = item
-    if pending is not None:
-        raise ValueError("a layout must end with fixed text")
+    if not items or not isinstance(items[0], str) or not isinstance(items[-1], str):
+        raise ValueError("a layout must start and end with fixed text")
+    pending = items[0]  # fixed text not yet tokenized
+    for i in range(1, len(items), 2):
+        spec, after = items[i], items[i + 1]
+        if not isinstance(after, str):
+            raise ValueError("two value slots without text between them")
+        rest = ""
+        if i == 1 and first_after is not None:  # the tool name: same slot for every tool
+            after, rest = after[: len(first_after)], after[len(first_after):]
+        ids, slot, pending = spec.build(vocab, pending, after)
+        pending += rest
+        for tid in ids:
+            fixed[pos] = tid
+            pos += 1
+        slots.append((pos, slot))
+        pos += slot.width
+    for tid in vocab.encode(pending) if pending else []:
+        fixed[pos] = tid
+        pos += 1
     fixed[pos] = eos_id
     return Layout(fixed, slots, pos + 1, template)
 
@@ -228,13 +264,37 @@ def compile_value(schema: dict, vocab: Vocab, eos_id: int, path: str = "response
     return _finish(b, template, eos_id)
 
 
-def compile_call(tool_names: list[str], name: str, parameters: dict, vocab: Vocab, eos_id: int,
-                 open_text: str, close_text: str) -> Layout:
-    """Layout of one Hermes-style call of `name` (the name slot chooses among `tool_names`)."""
+def _call_builder(tool_names: list[str], name: str, parameters: dict, vocab: Vocab,
+                  open_text: str, close_text: str) -> _Builder:
     b = _Builder(vocab)
     b.text(f'{open_text}\n{{"name": "')
     name_idx = b.slot(_ChoiceSpec(list(tool_names), "tool name", content=True))
     b.text('", "arguments": ')
     args = b.value(parameters, f"tools[{name}].parameters")
     b.text(f"}}\n{close_text}")
-    return _finish(b, ("call", name_idx, args), eos_id)
+    b.template = ("call", name_idx, args)
+    return b
+
+
+def name_after_text(texts: list[str]) -> str:
+    """The longest common start of every tool's text after its name, cut where JSON allows
+    whitespace (the tool-name slot must be one slot for all tools)."""
+    common = texts[0]
+    for t in texts[1:]:
+        k = 0
+        while k < min(len(common), len(t)) and common[k] == t[k]:
+            k += 1
+        common = common[:k]
+    legal = _legal_splits(common, in_string=True)
+    return common[: max(i for i in legal if i <= len(common))] if legal else ""
+
+
+def compile_calls(functions: list[tuple[str, dict]], forced: str | None, vocab: Vocab,
+                  eos_id: int, open_text: str, close_text: str) -> dict[str, Layout]:
+    """Layouts of one Hermes-style call per tool; the name slot chooses among the tools (or is
+    the forced one) and is laid identically in every layout."""
+    names = [n for n, _ in functions] if forced is None else [forced]
+    builders = {n: _call_builder(names, n, p, vocab, open_text, close_text)
+                for n, p in functions}
+    after = name_after_text([b.items[2] for b in builders.values()])
+    return {n: _finish(b, b.template, eos_id, first_after=after) for n, b in builders.items()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.constrained.layout import Layout, compile_call, compile_value
+from engine.constrained.layout import Layout, compile_calls, compile_value
 from engine.constrained.slots import Vocab
 from engine.constrained.state import ConstrainedState
 
@@ -135,8 +135,8 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int) -> P
         if len(set(names)) != len(names):
             raise ValueError("tools: function names must be unique")
         mode, forced = choice_mode(tool_choice, names)
-        layouts = {n: compile_call(names if forced is None else [forced], n, p, vocab, eos_id,
-                                   TOOL_CALL_OPEN, TOOL_CALL_CLOSE) for n, p in functions}
+        layouts = compile_calls(functions, forced, vocab, eos_id, TOOL_CALL_OPEN,
+                                TOOL_CALL_CLOSE)
         start, name_slot = layouts[names[0]].slots[0]
         name_end = start + name_slot.width
         head = {r: t for r, t in layouts[names[0]].fixed.items() if r < name_end}

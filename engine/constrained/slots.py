@@ -4,10 +4,11 @@
                      JSON string (no quote, backslash, control character or broken UTF-8, not an
                      added/special token), digit tokens, character counts; the pad (a token that
                      decodes to one space) and device masks built lazily per device.
-  Choice             a finite list of values, each a fixed token sequence: value tokens, the
-                     terminator, then pads up to the common width. Decoded jointly: among the
+  Choice             a finite list of values, each a fixed token sequence (the value tokenized
+                     with the text around it), then pads up to the common width. Decoded
+                     jointly: among the
                      candidates consistent with what is already committed, the one with the
-                     highest summed log-probability over its visible value+terminator positions
+                     highest summed log-probability over its visible (unpadded) positions
                      is forced into every masked slot position in view (pads are not scored).
   Free               free text (a JSON string's content) or an integer: body tokens from a class,
                      then the terminator, then pads. Decoded left to right inside the slot (only
@@ -84,15 +85,7 @@ class Choice:
         self.width = len(seqs[0])
 
     @classmethod
-    def build(cls, vocab: Vocab, values: list, texts: list[str], terminator: int,
-              path: str) -> Choice:
-        term_text = vocab.decode([terminator])
-        rows = []
-        for text in texts:
-            ids = vocab.encode(text + term_text)
-            if not ids or ids[-1] != terminator or vocab.decode(ids[:-1]) != text:
-                ids = vocab.encode(text) + [terminator]
-            rows.append(ids)
+    def build(cls, vocab: Vocab, values: list, rows: list[list[int]], path: str) -> Choice:
         seen = {}
         for value, ids in zip(values, rows, strict=True):
             if tuple(ids) in seen and seen[tuple(ids)] != value:

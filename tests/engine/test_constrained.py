@@ -223,3 +223,95 @@ def test_canvas_is_laid_up_front(engine):
     for key in ("arguments", "service", "day", "time", "name"):  # every key laid, in order
         at = text.index(f'"{key}": ', at) + 1
     assert torch.tensor(list(layout.fixed.values())).ne(engine.runner.mask_id).all()
+
+
+# --- the canvas follows the wire text the model was trained on ----------------------------------
+
+# the added tokens of the receptionist's tokenizer (engine/train/build_tokenizer.py, recep)
+RECEPTIONIST_TOOL_TOKENS = (
+    "<tool_call>", "</tool_call>", '{"name": "', '", "arguments": {', '", ', '"}}',
+    '"service": "', '"day": "', '"time": "', '"name": "', '"time": null}}',
+    "check_availability", "book_appointment", "cancel_appointment")
+
+
+def _tokenizer(tmp_path, added: tuple[str, ...]):
+    from tokenizers import AddedToken, Tokenizer
+
+    from engine.testing import make_tokenizer
+    from engine.tokenizer import ChatTokenizer
+
+    make_tokenizer(tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    return ChatTokenizer.from_dir(tmp_path)
+
+
+def _fill(layout, values: list, vocab) -> tuple[list[int], list[int]]:
+    """Canvas tokens of a call with the given slot values, and the same without the pads."""
+    from engine.constrained.slots import Choice
+
+    canvas, unpadded, slots = [], [], dict(layout.slots)
+    r = 0
+    values = iter(values)
+    while r < layout.length:
+        if r in slots:
+            slot, value = slots[r], next(values)
+            if isinstance(slot, Choice):
+                k = slot.values.index(value)
+                row, live = slot.seqs[k], slot.lengths[k]
+            else:
+                body = vocab.encode(value)
+                row = body + [slot.terminator] + [vocab.pad] * (slot.width - len(body) - 1)
+                live = len(body) + 1
+            canvas += row
+            unpadded += row[:live]
+            r += slot.width
+        else:
+            canvas.append(layout.fixed[r])
+            unpadded.append(layout.fixed[r])
+            r += 1
+    return canvas, unpadded
+
+
+RECEPTIONIST_TOOLS = [
+    fn("check_availability", {"service": TOOLS[0]["function"]["parameters"]["properties"][
+        "service"], "day": TOOLS[0]["function"]["parameters"]["properties"]["day"],
+        "time": {"type": ["string", "null"], "pattern": TIME}}, ["service", "day"]),
+    fn("book_appointment", {k: v for k, v in TOOLS[0]["function"]["parameters"][
+        "properties"].items()}),
+    fn("cancel_appointment", {"name": {"type": "string", "maxLength": 12},
+                              "day": TOOLS[0]["function"]["parameters"]["properties"]["day"]}),
+]
+CALLS = [
+    ("book_appointment", {"service": "teeth whitening", "day": "friday", "time": "10:00",
+                          "name": "ann lee"}),
+    ("check_availability", {"service": "cleanings", "day": "monday", "time": None}),
+    ("check_availability", {"service": "fillings", "day": "sunday", "time": "14:30"}),
+    ("cancel_appointment", {"name": "bo", "day": "tuesday"}),
+]
+
+
+@pytest.mark.parametrize("added", [(), RECEPTIONIST_TOOL_TOKENS], ids=["bpe", "tool-tokens"])
+def test_canvas_without_pads_is_the_wire_tokenization(tmp_path, added):
+    """Filled with canonical values, the laid canvas minus its pads is token for token the
+    tokenization of the wire text (what a trained model saw), and with its pads it still
+    decodes to the same JSON."""
+    from engine.constrained.plan import build_plan
+
+    tok = _tokenizer(tmp_path, added)
+    plan = build_plan(RECEPTIONIST_TOOLS, "required", None, tok, 0)
+    for name, args in CALLS:
+        layout = plan.layouts[name]
+        wire = (f"{TOOL_CALL_OPEN}\n"
+                + json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+                + f"\n{TOOL_CALL_CLOSE}")
+        values = [name] + [v for v in args.values()]
+        canvas, unpadded = _fill(layout, values, plan.vocab)
+        if added:  # the receptionist tokenizer: exact, Free slots included
+            assert unpadded == tok.encode(wire) + [0], name
+        text = tok.tokenizer.decode(canvas[:-1], skip_special_tokens=False)
+        body = text[len(TOOL_CALL_OPEN) + 1: text.rindex("\n" + TOOL_CALL_CLOSE)]
+        assert json.loads(body) == {"name": name, "arguments": args}
+        if not added:  # plain BPE: the value-bearing Choice slots still match exactly
+            assert tok.tokenizer.decode(unpadded[:-1], skip_special_tokens=False) == wire

@@ -5,9 +5,9 @@
     book.book("cleanings", "friday", "10:00", "ann lee") -> Booking | None
     book.cancel("ann lee", "friday") -> bool
 Slots come from the fact sheet: each day's opening hours on a 30-minute grid (SLOT_MIN) and each
-service's duration (`Service.minutes`, or its duration text: "45 minutes", "1 hour"); a visit must end by closing time and
-occupies every grid cell it overlaps. One chair: two visits never overlap. Days are weekday names
-(the demo books into one recurring week; no dates).
+service's duration (`Service.minutes`, or its duration text: "45 minutes", "1 hour"); a visit
+must end by closing time and occupies every grid cell it overlaps. One chair: two visits never
+overlap. Days are weekday names (the demo books into one recurring week; no dates).
 
 No double booking, across threads and processes: a booking is one `BEGIN IMMEDIATE` transaction
 that inserts the visit and one `cells(day, cell)` row per occupied cell; `(day, cell)` is the
