@@ -32,6 +32,7 @@ ASR_CHOICES_HELP = (
 )
 TTS_CHOICES = ("espeak", "kokoro", "piper")
 DEVICES = ("auto", "cpu", "cuda")
+RECEPTIONIST_TOOLS = ("auto", "on", "off")
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly phone receptionist. Answer in one or two short spoken sentences, "
@@ -111,8 +112,25 @@ class ServeConfig:
             "comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True
         ),
     )
+    # receptionist tools (voice/receptionist/): the appointment book for voice calls
+    receptionist_tools: str = field(
+        default="auto",
+        metadata=_help(
+            "check_availability / book_appointment / cancel_appointment on voice calls: auto "
+            "(when the model dir has facts.yaml and its tokenizer a <tool_call> token), on, off"
+        ),
+    )
+    appointments_db: str | None = field(
+        default=None,
+        metadata=_help("SQLite appointment book (default: <model>/appointments.sqlite3)"),
+    )
 
     def __post_init__(self) -> None:
+        if self.receptionist_tools not in RECEPTIONIST_TOOLS:
+            raise ValueError(
+                f"receptionist_tools must be one of {RECEPTIONIST_TOOLS}, got "
+                f"{self.receptionist_tools!r}"
+            )
         if not self.host:
             raise ValueError("host must not be empty")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:

@@ -16,7 +16,8 @@ Contract:
   the engine's constrained tool-call mode; a decoded call is handed to `run_function_calls`
   (handlers registered with `register_function`, `FunctionCallParams`); pipecat's context
   aggregator stores the call and its result and re-prompts this service, which then speaks the
-  outcome. Barge-in during a call follows `cancel_on_interruption` (pipecat cancels the handler);
+  outcome (after `tool_calls_per_turn` results in one user turn, tool_choice is "none", so a
+  turn never loops on calls). Barge-in during a call follows `cancel_on_interruption`;
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
 
 Knows nothing about audio, sockets or the wire protocol.
@@ -104,6 +105,7 @@ class DiffusionLLMService(LLMService):
         sampling_overrides: dict[str, Any] | None = None,
         request_prefix: str = "voice",
         on_request: Callable[[str], None] | None = None,
+        tool_calls_per_turn: int = 1,
         **kwargs,
     ) -> None:
         from engine import SamplingParams  # deferred: importing engine pulls in torch
@@ -130,6 +132,9 @@ class DiffusionLLMService(LLMService):
         self._request_prefix = request_prefix
         self._on_request = on_request
         self._current_request_id: str | None = None
+        if tool_calls_per_turn < 0:
+            raise ValueError(f"tool_calls_per_turn must be >= 0, got {tool_calls_per_turn}")
+        self._tool_calls_per_turn = tool_calls_per_turn
 
     @property
     def current_request_id(self) -> str | None:
@@ -174,6 +179,13 @@ class DiffusionLLMService(LLMService):
         choice = context.tool_choice
         if is_given(choice) and choice is not None:
             fields["tool_choice"] = choice
+        # a voice turn makes at most `tool_calls_per_turn` calls, then says the outcome
+        messages = context.get_messages()
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
+                        default=-1)
+        results = sum(1 for m in messages[last_user + 1:] if m.get("role") == "tool")
+        if results >= self._tool_calls_per_turn:
+            fields["tool_choice"] = "none"
         return dataclasses.replace(self._params, **fields)
 
     async def _respond(self, context: LLMContext) -> None:

@@ -107,7 +107,9 @@ def build_pipeline(
 
     stt = state.asr.make_service()
     vad = SileroVADAnalyzer(params=VADParams(stop_secs=stop_secs))
-    context = LLMContext(messages=[])
+    receptionist = getattr(state, "receptionist", None)
+    context = (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
+               else LLMContext(messages=[]))
     aggregators = LLMContextAggregatorPair(
         context,
         user_params=LLMUserAggregatorParams(
@@ -122,6 +124,8 @@ def build_pipeline(
         sampling_overrides=state.llm_overrides,
         request_prefix=f"voice-{session_id}",
     )
+    if receptionist is not None:  # the appointment book's tools run inside this call
+        receptionist.register(llm)
     tts = state.tts.make_service()
 
     pipeline = Pipeline(

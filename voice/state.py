@@ -9,6 +9,7 @@
     state.warnings    # start-up warnings shown to every browser session
     state.latency_log # JSON-lines writer or None
     state.llm_overrides  # extra SamplingParams fields for voice answers (e.g. {"policy": ...})
+    state.receptionist   # ReceptionistTools (appointment book) for voice calls, or None
 
 With `config.api_only` no ASR/TTS is loaded (asr/tts are None). Knows nothing about FastAPI.
 """
@@ -51,6 +52,7 @@ class AppState:
     latency_log: LatencyLog | None = None
     llm_overrides: dict[str, Any] = field(default_factory=dict)
     active_sessions: set[str] = field(default_factory=set)
+    receptionist: Any = None  # voice.receptionist.tools.ReceptionistTools (appointment book)
     started_at: float = field(default_factory=time.time)
 
     @classmethod
@@ -83,6 +85,11 @@ class AppState:
             *(getattr(asr, "warnings", None) or []),
             *(getattr(tts, "warnings", None) or []),
         ]
+        receptionist = None
+        if not config.api_only:
+            from voice.receptionist.setup import receptionist_for
+
+            receptionist = receptionist_for(config, engine, warnings)
         return cls(
             config=config,
             engine=engine,
@@ -92,6 +99,7 @@ class AppState:
             warnings=warnings,
             latency_log=LatencyLog(config.latency_log) if config.latency_log else None,
             llm_overrides=dict(llm_overrides or {}),
+            receptionist=receptionist,
         )
 
     @property

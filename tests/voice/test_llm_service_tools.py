@@ -52,7 +52,6 @@ async def test_call_runs_the_handler_and_the_result_reprompts_the_service(random
 
         async def book(params):
             calls.append(params)
-            params.context.set_tool_choice("none")  # the answer after the result is spoken
             await params.result_callback({"booked": True})
 
         llm.register_function("book_appointment", book)
@@ -76,7 +75,7 @@ async def test_call_runs_the_handler_and_the_result_reprompts_the_service(random
     assert json.loads(tool["content"]) == {"booked": True}
     assert len(requests) == 2
     second_messages, second_params = requests[1]
-    assert second_params.tool_choice == "none"
+    assert second_params.tool_choice == "none"  # one call per turn, then the outcome is said
     assert any(m["role"] == "tool" for m in second_messages)
     # the outcome is spoken: the text frames of the second answer became the last message
     assert messages[-1]["role"] == "assistant" and messages[-1]["content"]
@@ -98,7 +97,6 @@ async def _barge_in_during_call(engine, cancel_on_interruption: bool):
             state["cancelled"] += 1
             raise
         state["finished"] += 1
-        params.context.set_tool_choice("none")
         await params.result_callback({"booked": True})
 
     llm.register_function("book_appointment", slow,
