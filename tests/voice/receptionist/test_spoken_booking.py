@@ -1,0 +1,110 @@
+"""End to end: a spoken booking through the browser protocol against the real server on loopback
+(espeak-ng audio in, pocketsphinx ASR, the shipped model at models/receptionist-tiny, espeak TTS
+out). Caller A books a cleaning on Friday at 10 am: the right row lands in the SQLite book and the
+bot confirms aloud. Caller B asks for the same slot: no second booking, and B is offered another
+time. Needs the tool-trained receptionist model (a `<tool_call>` token in its tokenizer): with an
+older model the test is skipped with that reason (no mock model stands in)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from voice_client import connect, send_pcm
+from voice_fixtures import LiveServer, scaled
+
+from voice.transport import protocol
+
+pytest.importorskip("engine.train.tool_schemas", reason="needs recep's engine/train/tool_schemas")
+pytestmark = [pytest.mark.slow]
+
+MODEL = Path(__file__).resolve().parents[3] / "models" / "receptionist-tiny"
+QUIET_S = 2.5
+
+
+def _model_trained_for_tools() -> bool:
+    from engine.tokenizer import ChatTokenizer
+
+    if not (MODEL / "config.json").is_file() or not (MODEL / "facts.yaml").is_file():
+        return False
+    return len(ChatTokenizer.from_dir(MODEL).encode("<tool_call>")) == 1
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not _model_trained_for_tools():
+        pytest.skip(f"{MODEL} is not the tool-trained receptionist (no single <tool_call> "
+                    "token in its tokenizer)")
+    from engine import Engine, EngineConfig
+    from voice.config import ServeConfig
+    from voice.state import AppState
+
+    db = tmp_path_factory.mktemp("book") / "appointments.sqlite3"
+    config = ServeConfig(port=0, model=str(MODEL), asr="pocketsphinx", device="cpu",
+                         stop_secs=0.5, receptionist_tools="on", appointments_db=str(db))
+    engine = Engine.from_pretrained(MODEL, EngineConfig(device="cpu", max_running=4))
+    engine.warmup()
+    state = AppState.create(config, engine)
+    assert state.receptionist is not None
+    with LiveServer(state) as live:
+        yield live, db
+    engine.close()
+
+
+def _bot_texts(call, since: int) -> str:
+    return " ".join(e.text for e in call.events[since:] if isinstance(e, protocol.BotText))
+
+
+async def _say(ws, call, speech, text: str) -> str:
+    """Speak one utterance; wait until the bot spoke and then stayed quiet; -> its words."""
+    start = len(call.events)
+    stopped_before = len(call.of(protocol.BotStoppedSpeaking))
+    await send_pcm(ws, speech(text))
+    deadline = time.monotonic() + scaled(120)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        spoke = len(call.of(protocol.BotStoppedSpeaking)) > stopped_before
+        quiet = call.event_times and time.time() - call.event_times[-1] > QUIET_S
+        if spoke and quiet:
+            break
+    heard = [e.text for e in call.events[start:] if isinstance(e, protocol.Transcript) and e.final]
+    return f"heard {heard!r} -> bot {_bot_texts(call, start)!r}"
+
+
+def _rows(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT service, day, start_min, name FROM visits ORDER BY id").fetchall()
+
+
+async def _dialogue(live, speech, lines: list[str]) -> list[str]:
+    async with connect(live.ws_url, config={"stop_secs": 0.5}) as (ws, call, _done):
+        for _ in range(int(scaled(100))):
+            if call.started is not None:
+                break
+            await asyncio.sleep(0.05)
+        return [await _say(ws, call, speech, line) for line in lines]
+
+
+async def test_spoken_booking_then_the_same_slot_is_offered_another_time(server, speech):
+    from engine.train.tool_schemas import spoken_time
+
+    live, db = server
+    a = await _dialogue(live, speech, ["I'd like to book a cleaning on Friday at 10 am.",
+                                       "Ann Lee."])
+    rows = _rows(db)
+    assert [(s, d, m) for s, d, m, _ in rows] == [("cleanings", "friday", 600)], (a, rows)
+    assert rows[0][3].strip(), rows
+    confirmation = a[-1].lower()
+    assert "friday" in confirmation and "10 am" in confirmation, a
+
+    b = await _dialogue(live, speech, ["I'd like to book a cleaning on Friday at 10 am.",
+                                       "Bo Smith."])
+    assert len(_rows(db)) == 1, (b, _rows(db))  # the slot stayed A's
+    free = live.state.receptionist.book.free_starts("cleanings", "friday")
+    offered = [spoken_time(t) for t in free]
+    spoken = " ".join(b).lower()
+    assert any(t in spoken for t in offered), (b, offered[:4])
