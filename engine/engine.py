@@ -111,7 +111,7 @@ class Engine:
                   if params.tools else self.tokenizer.encode_chat(messages))
         mc = self.model_config
         plan = build_plan(params.tools, params.tool_choice, params.response_format,
-                          self.tokenizer, int(mc.eos_token_ids[0]))
+                          self.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens)
         state = plan.start() if plan is not None else None
         if state is not None and state.structured:  # the answer is the skeleton: its length
             params = dataclasses.replace(params, max_new_tokens=plan.max_length)

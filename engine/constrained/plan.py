@@ -5,7 +5,8 @@
 tool_choice (OpenAI's values): "none" -> text (call opening banned); "auto" (default when tools
 are given) -> decide; "required" -> name (or call when one tool); {"type": "function",
 "function": {"name": N}} -> call of N. response_format {"type": "json_schema", "json_schema":
-{"schema": S}} -> json; {"type": "text"} -> None; {"type": "json_object"} -> see json_schema_of.
+{"schema": S}} -> json; {"type": "json_object"} -> json with one free-form JSON object as the
+whole answer (engine/constrained/json_free.py); {"type": "text"} -> None.
 Plans are cached per tokenizer and request shape (the compiled layouts are pure data).
 Raises ValueError naming the offending field on malformed or unsupported input.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from engine.constrained.json_free import JsonObjectSlot
 from engine.constrained.layout import Layout, compile_calls, compile_value
 from engine.constrained.slots import Vocab
 from engine.constrained.state import ConstrainedState
@@ -59,6 +61,14 @@ def _vocab(tokenizer) -> Vocab:
     return vocab
 
 
+def json_object_layout(vocab: Vocab, eos_id: int, width: int) -> Layout:
+    """json_object: the whole answer (max_new_tokens - 1 tokens) is one free-form JSON object."""
+    if width < 3:
+        raise ValueError("response_format json_object needs max_new_tokens >= 3")
+    return Layout({width - 1: eos_id}, [(0, JsonObjectSlot(vocab, width - 1))], width,
+                  ("slot", 0))
+
+
 def tool_function(tool, i: int) -> tuple[str, dict]:
     """(name, parameters schema) of one OpenAI-style tool; ValueError naming tools[i]."""
     if not isinstance(tool, dict) or tool.get("type", "function") != "function":
@@ -98,8 +108,7 @@ def json_schema_of(response_format) -> dict | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        raise ValueError("response_format json_object is not supported yet: give a "
-                         "json_schema (an object schema) instead")
+        return JSON_OBJECT
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
@@ -109,16 +118,19 @@ def json_schema_of(response_format) -> dict | None:
                      f"got {kind!r}")
 
 
+JSON_OBJECT = {"type": "object", "x-diffvoice": "free-form json_object"}
 _cache: dict[tuple, Plan] = {}
 
 
-def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int) -> Plan | None:
+def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
+               max_new_tokens: int = 64) -> Plan | None:
     schema = json_schema_of(response_format)
     if not tools and schema is None:
         if tool_choice not in (None, "none", "auto"):
             raise ValueError("tool_choice needs tools")
         return None
-    key = (id(tokenizer), json.dumps([tools, tool_choice, schema], sort_keys=True, default=str))
+    key = (id(tokenizer), json.dumps([tools, tool_choice, schema], sort_keys=True, default=str),
+           max_new_tokens if schema is JSON_OBJECT else None)
     plan = _cache.get(key)
     if plan is not None:
         return plan
@@ -127,7 +139,8 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int) -> P
     if schema is not None:
         if tools and tool_choice != "none":
             raise ValueError("response_format json_schema cannot be combined with tools")
-        layout = compile_value(schema, vocab, eos_id)
+        layout = (json_object_layout(vocab, eos_id, max_new_tokens) if schema is JSON_OBJECT
+                  else compile_value(schema, vocab, eos_id))
         plan = Plan(vocab, "json", [], {}, None, layout, open_ids[0], 0)
     else:
         functions = [tool_function(t, i) for i, t in enumerate(tools)]

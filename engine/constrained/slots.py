@@ -55,7 +55,13 @@ class Vocab:
         self.digits = [t is not None and bool(_DIGITS.match(t)) for t in self.texts]
         if not any(s and c == 1 for s, c in zip(self.safe, self.chars, strict=True)):
             raise ValueError("constrained decoding needs single-character string tokens")
+        self.single_chars = {t for t in self.texts if t and len(t) == 1}
         self._device: dict[str, dict[str, torch.Tensor]] = {}
+
+    @staticmethod
+    def string_ok(text: str) -> bool:
+        """Whole characters only (no broken UTF-8 piece)."""
+        return "\ufffd" not in text
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)

@@ -315,3 +315,73 @@ def test_canvas_without_pads_is_the_wire_tokenization(tmp_path, added):
         assert json.loads(body) == {"name": name, "arguments": args}
         if not added:  # plain BPE: the value-bearing Choice slots still match exactly
             assert tok.tokenizer.decode(unpadded[:-1], skip_special_tokens=False) == wire
+
+
+# --- response_format json_object: the character automaton ---------------------------------------
+
+def _accepts(text: str) -> bool:
+    from engine.constrained.json_free import step
+
+    state = ((), "start", "")
+    for ch in text:
+        state = step(state, ch)
+        if state is None:
+            return False
+    return state[1] == "done"
+
+
+def _json_object(text: str) -> bool:
+    def reject(_):
+        raise ValueError("not JSON")
+
+    try:
+        value = json.loads(text, parse_constant=reject)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and text == text.strip()
+
+
+def test_json_automaton_agrees_with_json_loads_on_random_strings():
+    import random
+
+    rng = random.Random(0)
+    docs = ['{}', '{"a": 1}', '{"a": [1, 2.5, -3e2, true, false, null]}',
+            '{"k": {"x": "y\\n\\u00e9\\"q"}, "z": []}', '{"a":0,"b":-0.0E+1}', '{ "s" : "" }']
+    alphabet = list('{}[]":,. -+0123456789eEtrufalsn\\ab') + ["\n"]
+    for doc in docs:
+        assert _accepts(doc), doc
+        for cut in range(len(doc)):  # every prefix of a document is still alive
+            from engine.constrained.json_free import step
+
+            state = ((), "start", "")
+            for ch in doc[:cut]:
+                state = step(state, ch)
+            assert state is not None, doc[:cut]
+    for _ in range(20000):
+        base = list(rng.choice(docs))
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(base) + 1)
+            op = rng.random()
+            if op < 0.4 and base:
+                del base[min(i, len(base) - 1)]
+            elif op < 0.8:
+                base.insert(i, rng.choice(alphabet))
+            elif base:
+                base[min(i, len(base) - 1)] = rng.choice(alphabet)
+        text = "".join(base)
+        assert _accepts(text) == _json_object(text), text
+
+
+async def test_response_format_json_object_is_always_one_object(engine):
+    fmt = {"type": "json_object"}
+    outs = await asyncio.gather(*[run(engine, [{"role": "user", "content": f"j{i}"}],
+                                      SamplingParams(response_format=fmt, max_new_tokens=n,
+                                                     temperature=t, seed=i))
+                                  for i, (n, t) in enumerate([(8, 0.0), (24, 1.5), (40, 2.0)] * 8)])
+    shapes = set()
+    for deltas in outs:
+        assert deltas[-1].finish_reason == "stop"
+        value = json.loads("".join(d.text for d in deltas))
+        assert isinstance(value, dict)
+        shapes.add(len(value))
+    assert len(shapes) > 1  # not just "{}": keys get written

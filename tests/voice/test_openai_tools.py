@@ -128,6 +128,18 @@ def test_response_format_json_schema(server, engine, stream):
     jsonschema.validate(json.loads(text), schema)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_response_format_json_object(server, engine, stream):
+    kwargs = dict(model=engine.model_name, messages=ASK, temperature=1.5, seed=5, max_tokens=32,
+                  response_format={"type": "json_object"})
+    if stream:
+        chunks = list(server.client().chat.completions.create(**kwargs, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    else:
+        text = server.client().chat.completions.create(**kwargs).choices[0].message.content
+    assert isinstance(json.loads(text), dict)
+
+
 @pytest.mark.parametrize("kwargs, param", [
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"xs": {"type": "array"}}}}}],
