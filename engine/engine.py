@@ -269,11 +269,12 @@ class Engine:
         """A call / JSON answer: nothing readable until the whole skeleton is decoded."""
         seq, state = ev.seq, ev.seq.constraint
         text, call, reason = "", None, ev.finish_reason
-        if ev.finished and reason == "stop":
+        if ev.finished and reason in ("stop", "length"):  # length: ignore_eos ran to the end
             if state.mode == "json":
                 text = json.dumps(state.value(), ensure_ascii=False)
             else:
                 call, reason = state.tool_call(), "tool_calls"
+            reason = "stop" if reason == "length" else reason
         now = time.perf_counter()
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, ev.finished, reason, seq.prompt_len,

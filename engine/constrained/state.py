@@ -72,7 +72,9 @@ class ConstrainedState:
         forced, allowed, banned, blocked = {}, {}, {}, set()
         masked = {r: w for w, r in enumerate(rel) if r >= 0 and cur[w] == mask_id}
         if self.mode == "decide":
-            if 0 in masked:
+            if 0 not in masked:  # cannot happen with a fresh canvas; never wait forever
+                self.pending = "text"
+            elif 0 in masked:
                 probs = torch.softmax(logits[masked[0]].float(), -1)
                 probs[mask_id] = 0.0
                 top = int(probs.argmax())

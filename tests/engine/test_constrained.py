@@ -71,8 +71,10 @@ def check_call(engine, deltas, expect_name=None):
     args = json.loads(call["arguments"])
     jsonschema.validate(args, SCHEMAS[call["name"]])
     assert list(args) == list(SCHEMAS[call["name"]]["properties"])  # every key, in order
-    canvas = engine.tokenizer.tokenizer.decode([t for d in deltas for t in d.token_ids],
-                                               skip_special_tokens=False)
+    ids = [t for d in deltas for t in d.token_ids]
+    while ids and ids[-1] in engine.model_config.eos_token_ids:  # ignore_eos keeps the EOS
+        ids.pop()
+    canvas = engine.tokenizer.tokenizer.decode(ids, skip_special_tokens=False)
     assert canvas.startswith(TOOL_CALL_OPEN + "\n") and canvas.endswith("\n" + TOOL_CALL_CLOSE)
     body = json.loads(canvas[len(TOOL_CALL_OPEN) + 1: -len(TOOL_CALL_CLOSE) - 1])
     assert body == {"name": call["name"], "arguments": args}
@@ -385,3 +387,14 @@ async def test_response_format_json_object_is_always_one_object(engine):
         assert isinstance(value, dict)
         shapes.add(len(value))
     assert len(shapes) > 1  # not just "{}": keys get written
+
+
+async def test_ignore_eos_and_every_policy_still_end_in_a_valid_call(engine):
+    outs = await asyncio.gather(*[run(engine, [{"role": "user", "content": f"p{i}"}],
+                                      SamplingParams(tools=TOOLS, tool_choice="required",
+                                                     policy=policy, ignore_eos=i % 2 == 0,
+                                                     steps_per_block=2, seed=i, temperature=1.0))
+                                  for i, policy in enumerate(
+                                      ["low_confidence", "threshold", "entropy"] * 2)])
+    for deltas in outs:
+        check_call(engine, deltas)
