@@ -5,8 +5,9 @@ A pushdown automaton over characters (`step(state, ch) -> state | None`; states 
 tuples) decides which tokens may come next: a token is allowed when every character of it keeps
 the text a valid JSON prefix AND the object can still be closed in the positions left
 (`closing_cost`, in characters; every closing character exists as a one-character token). The
-slot is decoded left to right like engine.constrained.slots.Free; once the object is closed the
-rest of the slot is pads (JSON whitespace). Allowed-token masks are cached per automaton state.
+slot is decoded left to right like engine.constrained.slots.Free; it ends when the object
+closes (the answer's EOS is laid right behind it). Allowed-token masks are cached per
+automaton state.
 Cost: one pass over the vocabulary's token texts per new state (fine for small vocabularies;
 for 150k-token vocabularies expect a few hundred ms per new state on a CPU core).
 """
@@ -159,10 +160,14 @@ class JsonObjectSlot:
         out = []
         for j in range(self.width):
             t = committed.get(j)
-            if t is None or t == self.vocab.pad and out and self._state(out)[1] == "done":
+            if t is None:
                 break
             out.append(t)
         return out, bool(out) and self._state(out)[1] == "done"
+
+    def resolve(self, committed: dict[int, int]) -> tuple[int, object] | None:
+        body, done = self.body(committed)
+        return (len(body), self.value(committed)) if done else None
 
     def allowed(self, body: list[int], device: torch.device) -> torch.Tensor:
         state = self._state(body)

@@ -9,10 +9,11 @@ in `properties` order, every property present) is cut into fixed text and value 
 Tokenization follows the wire text: a Choice slot's candidates are tokenized jointly with the
 fixed text around them, so tokens that merge across a value's edges (`", `, `"}}`, or a
 `"time": null}}` added token) are the slot's own; a Free slot's terminator is the first token of
-the text after it. A slot has a fixed width: its longest token sequence; a shorter value is
-followed by single-space tokens (JSON whitespace, placed only where JSON allows it) up to the
-width. So the canvas text always is valid JSON that differs from the wire text only by those
-spaces.
+the text after it. A slot's width is its longest token sequence. This static layout (every
+value at its widest; shorter values padded with single-space tokens where JSON allows
+whitespace) fixes the answer's maximum length and each slot's token rows; the decoder
+(state.py) lays each piece of fixed text right behind the value actually decoded, so the canvas
+is the exact wire text.
 
 Slot kinds (slots.py): `Choice` (a finite candidate list: enum, const, boolean, null, time of day
 "HH:MM" by pattern, integer ranges up to MAX_CHOICES values; nullable variants add `null`) and

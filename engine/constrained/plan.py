@@ -39,9 +39,7 @@ class Plan:
 
     def start(self) -> ConstrainedState:
         tool = self.forced_tool or (self.names[0] if len(self.names) == 1 else None)
-        mode = self.mode
-        if mode == "name" and tool is not None:
-            mode = "call"
+        mode = "call" if self.mode == "name" else self.mode  # "name": the name slot first
         return ConstrainedState(self, mode, tool)
 
     @property

@@ -136,6 +136,19 @@ class Choice:
             raise ValueError(f"{self.path}: no candidate matches the committed tokens")
         return int(scores.argmax())
 
+    def resolve(self, committed: dict[int, int]) -> tuple[int, object] | None:
+        """(token length, value) once a consistent candidate is fully committed, else None."""
+        seqs, live = self._tables(torch.device("cpu"))
+        ok = self.consistent(committed)
+        have = torch.zeros(self.width, dtype=torch.bool)
+        if committed:
+            have[list(committed)] = True
+        full = ok & ~(live & ~have[None, :]).any(-1)
+        if not bool(full.any()):
+            return None
+        k = int(full.to(torch.int8).argmax())
+        return self.lengths[k], self.values[k]
+
     def value(self, committed: dict[int, int]):
         ok = self.consistent(committed)
         if len(committed) < self.width or not bool(ok.any()):
@@ -193,6 +206,10 @@ class Free:
         if n >= self.max_tokens or (n >= 1 and (self.type == "integer" or chars >= self.min_chars)):
             allow[self.terminator] = True
         return allow
+
+    def resolve(self, committed: dict[int, int]) -> tuple[int, object] | None:
+        body, done = self.body(committed)
+        return (len(body) + 1, self.value(committed)) if done else None
 
     def value(self, committed: dict[int, int]):
         body, done = self.body(committed)

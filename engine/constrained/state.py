@@ -1,15 +1,21 @@
-"""One constrained request's decoding state: mode, active layout, host mirror of its answer.
+"""One constrained request's decoding state: mode, the chosen layout, the host mirror of its answer.
 
-Modes (see plan.py for how tool_choice / response_format pick the start mode):
+Modes (plan.py picks the start mode from tool_choice / response_format):
   decide  tool_choice "auto": the first pass commits nothing; it reads the model's distribution
           at the answer's first position and calls iff the call opening (`<tool_call>`'s first
-          token) is the model's most probable token there. Then -> text, name or call.
+          token) is the model's most probable token there. Then -> text or call.
   text    an ordinary answer; the call opening is banned at the first position.
-  name    the call header and the tool-name slot are laid; the rest waits (blocked) until the
-          name is decoded, then the chosen tool's layout is laid -> call.
-  call / json  the whole layout is laid; only slots are decoded.
-The mirror holds every committed answer token the host has seen (window tokens after each pass),
-which is all the slot rules need. Knows tensors only through the runner's canvas row.
+  call / json  the skeleton is decoded (below).
+
+Laying the skeleton. The fixed text up to the first value slot is laid (and committed) at once;
+each later piece of fixed text is laid the moment the value before it is decoded, right behind
+the value's own tokens. So the canvas is exactly the wire text the model was trained on (no
+padding), masks appear only in the value slot being decoded, and everything behind it waits
+(blocked masks) until its position is known. Slots are decoded one after another, each under
+its slot rule (slots.py); with several tools the name slot (shared by every tool's layout) comes
+first and picks the layout for the rest. The answer's length becomes exact when the last piece
+(with EOS) is laid; until then the canvas reserves the plan's longest answer.
+The mirror holds every committed answer token the host has seen (window tokens after each pass).
 """
 
 from __future__ import annotations
@@ -22,49 +28,97 @@ import torch
 from engine.constrained.layout import Layout
 
 
+def segments(layout: Layout) -> tuple[list[tuple[list[int], object]], list[int]]:
+    """[(fixed ids before slot i, slot i)], tail ids (incl. EOS) of a static layout."""
+    out, r, run = [], 0, []
+    starts = dict(layout.slots)
+    while r < layout.length:
+        if r in starts:
+            out.append((run, starts[r]))
+            run = []
+            r += starts[r].width
+        else:
+            run.append(layout.fixed[r])
+            r += 1
+    return out, run
+
+
 class ConstrainedState:
     def __init__(self, plan, mode: str, tool: str | None = None):
         self.plan = plan
         self.mode = mode
         self.tool = tool
         self.layout: Layout | None = None
-        self.laid_until = 0        # relative positions below this follow self.layout
         self.mirror: dict[int, int] = {}
         self.pending: str | None = None   # decision taken in the pass that just ran
         self.decision_prob: float | None = None  # p(call opening) in the decide pass
+        self.segs: list = []
+        self.tail: list[int] = []
+        self.current = 0                  # index of the slot being decoded
+        self.start = 0                    # its relative start position
+        self.values: list = []            # decoded slot values, in order
+        self.done = False                 # the whole skeleton is laid
         if mode in ("call", "json"):
-            self.layout = plan.layouts[tool] if mode == "call" else plan.json_layout
-            self.laid_until = self.layout.length
-        elif mode == "name":
-            self.layout = plan.layouts[plan.names[0]]
-            self.laid_until = plan.name_end
+            self._choose_layout(plan.layouts[tool or plan.names[0]] if mode == "call"
+                                else plan.json_layout)
 
     @property
     def structured(self) -> bool:
-        return self.mode in ("name", "call", "json")
+        return self.mode in ("call", "json")
+
+    def _choose_layout(self, layout: Layout) -> None:
+        self.layout = layout
+        self.segs, self.tail = segments(layout)
 
     # ------------------------------------------------------------------ canvas writes
-    def lay(self, runner, seq, start: int, end: int) -> None:
-        """Write layout positions [start, end): fixed tokens, masks in slots; and the length."""
+    def _write(self, runner, seq, at: int, ids: list[int]) -> int:
+        """Lay `ids` at relative `at`; everything behind them stays masked; -> end position."""
         row = runner.seq[seq.slot]
         p0 = seq.prompt_len
-        ids = [self.layout.fixed.get(r, runner.mask_id) for r in range(start, end)]
-        row[p0 + start: p0 + end] = torch.tensor(ids, dtype=torch.long)
+        end = at + len(ids)
+        if ids:
+            row[p0 + at: p0 + end] = torch.tensor(ids, dtype=torch.long)
+        for r in [r for r in self.mirror if r >= at]:
+            del self.mirror[r]
+        for i, t in enumerate(ids):
+            self.mirror[at + i] = t
         old_end = seq.canvas_end
-        if end == self.layout.length:  # the whole call is known: EOS behind it, exact length
-            seq.params = dataclasses.replace(seq.params, max_new_tokens=self.layout.length)
-        else:  # name phase: room for the longest call, the rest stays masked (blocked)
-            seq.params = dataclasses.replace(seq.params, max_new_tokens=self.plan.max_length)
+        if self.done:  # exact length: EOS was the last id laid
+            seq.params = dataclasses.replace(seq.params, max_new_tokens=end)
+        else:  # room for the longest answer; the rest is masked until its place is known
+            seq.params = dataclasses.replace(seq.params, max_new_tokens=max(
+                seq.params.max_new_tokens, self.plan.max_length))
             row[p0 + end: seq.gen_end] = runner.mask_id
         row[seq.gen_end: max(old_end, seq.canvas_end)] = int(runner.eos_ids[0])
-        for r in range(start, end):
-            self.mirror.pop(r, None)
-            if r in self.layout.fixed:
-                self.mirror[r] = self.layout.fixed[r]
+        return end
+
+    def _lay_next(self, runner, seq, at: int) -> None:
+        """Lay the fixed text before slot `self.current` (or the tail) at relative `at`."""
+        if self.current >= len(self.segs):
+            self.done = True
+            self._write(runner, seq, at, self.tail)
+            return
+        ids, slot = self.segs[self.current]
+        self.start = at + len(ids)
+        self._write(runner, seq, at, ids)
+        self._advance(runner, seq)  # a slot with nothing to decode resolves at once
+
+    def _advance(self, runner, seq) -> None:
+        slot, s = self.segs[self.current][1], self.start
+        resolved = slot.resolve(self._committed(slot, s))
+        if resolved is None:
+            return
+        length, value = resolved
+        self.values.append(value)
+        if self.mode == "call" and self.current == 0 and self.tool is None:
+            self.tool = value  # the name slot picks the layout for the arguments
+            self._choose_layout(self.plan.layouts[value])
+        self.current += 1
+        self._lay_next(runner, seq, s + length)
 
     def on_admit(self, runner, seq) -> None:
         if self.layout is not None:
-            self.lay(runner, seq, 0, self.laid_until)
+            self._lay_next(runner, seq, 0)
 
     # ------------------------------------------------------------------ per pass
     def rules(self, rel: list[int], cur: list[int], mask_id: int, logits: torch.Tensor):
@@ -74,102 +128,82 @@ class ConstrainedState:
         if self.mode == "decide":
             if 0 not in masked:  # cannot happen with a fresh canvas; never wait forever
                 self.pending = "text"
-            elif 0 in masked:
+            else:
                 probs = torch.softmax(logits[masked[0]].float(), -1)
                 probs[mask_id] = 0.0
-                top = int(probs.argmax())
                 self.decision_prob = float(probs[self.plan.open_id])
-                self.pending = "call" if top == self.plan.open_id else "text"
+                self.pending = "call" if int(probs.argmax()) == self.plan.open_id else "text"
             return forced, allowed, banned, set(masked.values())
         if self.mode == "text":
             if 0 in masked:
                 banned[masked[0]] = self.plan.open_id
             return forced, allowed, banned, blocked
-        logp = None
-        for start, slot in self.layout.slots:
-            if start >= self.laid_until:
-                break
-            inside = [j for j in range(slot.width) if start + j in masked]
-            if not inside:
-                continue
-            committed = {j: self.mirror[start + j] for j in range(slot.width)
-                         if start + j in self.mirror}
+        active = set()
+        if not self.done:
+            slot, s = self.segs[self.current][1], self.start
+            committed = self._committed(slot, s)
             if slot.kind == "choice":
-                if logp is None:
+                inside = [j for j in range(slot.width) if s + j in masked]
+                if inside:
                     logp = torch.log_softmax(logits.float(), -1)
-                best = slot.best(committed, inside, [masked[start + j] for j in inside], logp)
-                for j in inside:
-                    forced[masked[start + j]] = slot.seqs[best][j]
+                    best = slot.best(committed, inside, [masked[s + j] for j in inside], logp)
+                    for j in inside:
+                        if j < slot.lengths[best]:
+                            forced[masked[s + j]] = slot.seqs[best][j]
+                            active.add(s + j)
             else:
-                body, done = slot.body(committed)
-                for j in inside:
-                    w = masked[start + j]
-                    if done:
-                        forced[w] = self.plan.vocab.pad
-                    elif j == len(body):
-                        allowed[w] = slot.allowed(body, logits.device)
-                    else:
-                        blocked.add(w)
-        for r, w in masked.items():  # beyond the laid part (name phase): wait
-            if r >= self.laid_until:
-                blocked.add(w)
+                body, _ = slot.body(committed)
+                j = len(body)
+                if s + j in masked:
+                    allowed[masked[s + j]] = slot.allowed(body, logits.device)
+                    active.add(s + j)
+        blocked = {w for r, w in masked.items() if r not in active}
         return forced, allowed, banned, blocked
 
+    def _committed(self, slot, s: int) -> dict[int, int]:
+        return {j: self.mirror[s + j] for j in range(slot.width) if s + j in self.mirror}
+
     def observe(self, runner, seq, rel: list[int], tokens: list[int]) -> None:
-        """After a pass: update the mirror; act on a decision or a decoded tool name."""
+        """After a pass: update the mirror; act on a decision; lay what follows a decoded
+        value."""
         mask_id = runner.mask_id
         for r, t in zip(rel, tokens, strict=True):
-            if r >= 0 and t != mask_id and (self.layout is None or r < self.layout.length):
+            if r >= 0 and t != mask_id:
                 self.mirror[r] = t
-        if self.mode == "decide" and self.pending is not None:
+        if self.mode == "decide":
+            if self.pending is None:
+                return
             decision, self.pending = self.pending, None
+            self.mirror.clear()
             if decision == "text":
                 self.mode = "text"
-                self.mirror.clear()
                 return
-            self.mirror.clear()
-            if self.plan.forced_tool is not None or len(self.plan.names) == 1:
-                self.tool = self.plan.forced_tool or self.plan.names[0]
-                self.mode, self.layout = "call", self.plan.layouts[self.tool]
-                self.laid_until = self.layout.length
-            else:
-                self.mode, self.layout = "name", self.plan.layouts[self.plan.names[0]]
-                self.laid_until = self.plan.name_end
-            self.lay(runner, seq, 0, self.laid_until)
+            self.mode = "call"
+            self.tool = self.plan.forced_tool or (
+                self.plan.names[0] if len(self.plan.names) == 1 else None)
+            self._choose_layout(self.plan.layouts[self.tool or self.plan.names[0]])
+            self._lay_next(runner, seq, 0)
             return
-        if self.mode == "name":
-            start, slot = self.layout.slots[0]
-            committed = {j: self.mirror[start + j] for j in range(slot.width)
-                         if start + j in self.mirror}
-            if len(committed) == slot.width:
-                self.tool = slot.value(committed)
-                self.mode, self.layout = "call", self.plan.layouts[self.tool]
-                old = self.laid_until
-                self.laid_until = self.layout.length
-                self.lay(runner, seq, old, self.laid_until)
+        if self.structured and not self.done:
+            self._advance(runner, seq)
 
     # ------------------------------------------------------------------ result
     def value(self):
         """The decoded value tree (call: {"name", "arguments"} dict; json: the value)."""
-        slots = self.layout.slots
-
-        def slot_value(i: int):
-            start, slot = slots[i]
-            committed = {j: self.mirror[start + j] for j in range(slot.width)
-                         if start + j in self.mirror}
-            return slot.value(committed)
+        if not self.done:
+            raise ValueError("the constrained answer is not complete")
 
         def build(node):
             kind = node[0]
             if kind == "slot":
-                return slot_value(node[1])
+                return self.values[node[1]]
             if kind == "object":
                 return {k: build(v) for k, v in node[1].items()}
             raise ValueError(f"bad template node {kind!r}")
 
         template = self.layout.template
         if template[0] == "call":
-            return {"name": slot_value(template[1]), "arguments": build(template[2])}
+            return {"name": self.values[template[1]], "arguments": build(template[2])}
         return build(template)
 
     def tool_call(self) -> dict:

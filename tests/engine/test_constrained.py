@@ -63,7 +63,7 @@ async def run(engine, messages, params):
 
 
 def check_call(engine, deltas, expect_name=None):
-    """The call parses, validates, and the canvas is its wire text up to JSON whitespace."""
+    """The call parses, validates, and the canvas is exactly its wire text."""
     last = deltas[-1]
     assert last.finished and last.finish_reason == "tool_calls", last.finish_reason
     call = last.tool_call
@@ -78,6 +78,8 @@ def check_call(engine, deltas, expect_name=None):
     assert canvas.startswith(TOOL_CALL_OPEN + "\n") and canvas.endswith("\n" + TOOL_CALL_CLOSE)
     body = json.loads(canvas[len(TOOL_CALL_OPEN) + 1: -len(TOOL_CALL_CLOSE) - 1])
     assert body == {"name": call["name"], "arguments": args}
+    assert canvas == (f"{TOOL_CALL_OPEN}\n" + json.dumps(body, ensure_ascii=False)
+                      + f"\n{TOOL_CALL_CLOSE}")  # no padding: the exact wire text
     assert "".join(d.text for d in deltas) == ""  # a call is not spoken text
     return call["name"], args
 
@@ -207,8 +209,8 @@ def test_unsupported_or_bad_schemas_are_rejected_before_queueing(engine, params,
     assert not engine.active_request_ids()
 
 
-def test_canvas_is_laid_up_front(engine):
-    """Before any pass: a forced call's canvas holds every fixed token; masks only in slots."""
+def test_layout_partitions_fixed_text_and_slots(engine):
+    """Every position of a call's static layout is a fixed token or a slot, keys in order."""
     from engine.constrained.plan import build_plan
 
     plan = build_plan(TOOLS, {"type": "function", "function": {"name": "book_appointment"}},
