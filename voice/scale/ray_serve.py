@@ -204,9 +204,15 @@ def run_ray(config: ServeConfig) -> int:
     except ImportError:
         logger.error('--ray needs Ray Serve: pip install "diffvoice[ray]"')
         return 2
+    import signal
+
+    def _stop(signum, frame):  # SIGTERM (systemd, docker stop, kill) shuts Serve down cleanly
+        raise KeyboardInterrupt
+
     started = time.perf_counter()
     try:
         start(config)
+        signal.signal(signal.SIGTERM, _stop)  # after ray.init, which installs its own handler
         logger.info(
             f"Ray Serve: {config.replicas} replica(s) of diffvoice up in "
             f"{time.perf_counter() - started:.1f}s; serving at http://{config.host}:{config.port}/"
