@@ -80,7 +80,8 @@ class ModelRunner:
         W = max(r.q_end - r.q_start for r in rows)
         L = max(max(r.q_end - r.first_computed for r in rows), W + shift)
         ints, floats, host = pack(rows, dev)  # host-side geometry: one tensor each
-        c = lambda name: ints[:, IC[name]]  # noqa: E731
+        columns = ints.unbind(1)  # one op for every column view
+        c = lambda name: columns[IC[name]]  # noqa: E731
         slots, q_end, first, visible = c("slot"), c("q_end"), c("first"), c("visible")
         positions = q_end[:, None] - L + self.arange[:L][None]  # [B, L]
         valid = positions >= first[:, None]

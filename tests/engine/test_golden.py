@@ -5,16 +5,17 @@ random-weight fixture in the family's own format (tests/engine/golden/*/PROVENAN
     batch 1, with every case of the family in one mixed batch (different steps/thresholds/blocks
     side by side), the KV cache of block-causal families included, and through the fixed-shape
     path the CUDA graphs replay (static_shapes, run eagerly here);
-  * the plain re-implementation of the upstream loop in golden_loops.py.
+  * the plain re-implementation of the upstream loop in engine/reference_loops.py.
 """
 
 import asyncio
 
 import pytest
 import torch
-from golden_loops import GOLDEN, load_golden, run_case
+from golden_loops import GOLDEN, load_golden
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.reference_loops import run_case
 
 FAMILIES = ["sdar", "fast_dllm_v2", "llada", "dream"]
 
