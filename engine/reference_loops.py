@@ -177,3 +177,29 @@ def run_case(family: str, model, cfg, case: dict) -> list[int]:
         return llada_generate(model, ids, mask, st["steps"], st["gen_length"],
                               st["block_length"], st.get("threshold"))
     return dream_generate(model, ids, mask, st["max_new_tokens"], st["steps"], st["alg"])
+
+
+
+def loop_for(model, params, cfg):
+    """The family's own loop for resolved SamplingParams (engine.decoding.resolve) as a function
+    prompt_ids -> generated ids that never stops at EOS (as the engine with ignore_eos), or None
+    where the rule is not the authors' (the engine's own policies, decoding="fast")."""
+    mask, fam, steps = int(cfg.mask_token_id), cfg.family, params.steps_per_block
+    n, block, policy = params.max_new_tokens, params.block_size, params.policy
+    if params.decoding != "reference":
+        return None
+    if fam == "sdar" and policy in ("sdar_static", "sdar_dynamic"):
+        strategy = "low_confidence_" + policy.removeprefix("sdar_")
+        return lambda ids: sdar_generate(model, ids, mask, n, block, steps, strategy,
+                                         params.threshold)[:n]
+    if fam == "fast_dllm_v2" and policy == "threshold":
+        total = (-(-n // cfg.block_size) + 1) * cfg.block_size  # blocks after the prompt's
+        return lambda ids: v2_generate(model, ids, mask, total, params.threshold, block,
+                                       cfg.block_size, -1)[:n]
+    if fam == "llada" and policy in ("low_confidence", "threshold_ge") and n % block == 0:
+        tau = params.threshold if policy == "threshold_ge" else None
+        return lambda ids: llada_generate(model, ids, mask, steps * (n // block), n, block, tau)
+    if fam == "dream" and policy in ("dream_topk", "dream_entropy") and block == n:
+        alg = "maskgit_plus" if policy == "dream_topk" else "entropy"
+        return lambda ids: dream_generate(model, ids, mask, n, steps, alg)
+    return None
