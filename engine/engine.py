@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from engine.constrained import build_plan
+from engine.decoding import resolve
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
@@ -110,6 +111,11 @@ class Engine:
         prompt = (self.tokenizer.encode_chat(messages, tools=list(params.tools))
                   if params.tools else self.tokenizer.encode_chat(messages))
         mc = self.model_config
+        if params.tools or params.response_format:
+            # constrained rows decode under the engine's own rules: the reference decoders
+            # re-predict decoded slots (SDAR's top-k), which would overwrite the laid skeleton
+            params = dataclasses.replace(params, decoding="fast")
+        params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         plan = build_plan(params.tools, params.tool_choice, params.response_format,
                           self.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens)
         state = plan.start() if plan is not None else None
@@ -119,13 +125,13 @@ class Engine:
             raise ValueError(f"prompt ({len(prompt)} tokens) + the longest structured answer "
                              f"({plan.max_length}) exceeds max_seq_len {self.max_seq_len}")
         model_block = mc.block_size if mc.block_causal else 0
-        decode_block = params.block_size or (model_block or 32)
+        decode_block = params.block_size
         if model_block and model_block % decode_block:
             raise ValueError(f"block_size {decode_block} must divide the model's trained block "
                              f"{model_block} ({self.model_name} is block-causal)")
         seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
                        params, model_block, decode_block, int(mc.logit_shift),
-                       self.config.prefix_cache)
+                       self.config.prefix_cache and rules.prefix_cache, rules=rules)
         seq.constraint = state
         if seq.canvas_end > self.max_seq_len:
             raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "

@@ -54,6 +54,7 @@ class AppState:
     active_sessions: set[str] = field(default_factory=set)
     receptionist: Any = None  # voice.receptionist.tools.ReceptionistTools (appointment book)
     started_at: float = field(default_factory=time.time)
+    replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
 
     @classmethod
     def create(

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from engine.params import POLICIES, SamplingParams
+from engine.params import DECODINGS, POLICIES, SamplingParams
 
 
 class OpenAIError(Exception):
@@ -73,6 +73,7 @@ _KNOWN = frozenset({
     "stream", "stream_options", "n", "reasoning_effort",
     "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
     "tools", "tool_choice", "parallel_tool_calls", "response_format",
+    "decoding",
 })
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
           "tool": "tool"}
@@ -303,6 +304,12 @@ def _knobs(body: dict, defaults: SamplingParams) -> dict[str, Any]:
         overrides["entropy_bound"] = float(bound)
         if policy is None:
             overrides["policy"] = "entropy"
+    decoding = body.get("decoding")  # the family's own decoding ("reference") or "fast"
+    if decoding is not None:
+        if decoding not in DECODINGS:
+            raise _invalid(f"'decoding' must be one of {list(DECODINGS)}, got {decoding!r}.",
+                           "decoding")
+        overrides["decoding"] = decoding
     ignore_eos = body.get("ignore_eos")
     if ignore_eos is not None:
         if not isinstance(ignore_eos, bool):
