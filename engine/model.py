@@ -16,6 +16,7 @@ from torch import nn
 
 from engine.attention import attend
 from engine.config import ModelConfig
+from engine.rope import inv_freq as rope_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -33,13 +34,18 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
-                                             dtype=torch.float32) / head_dim))
+def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype,
+           scaling: dict | None = None, max_positions: int = 4096):
+    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention);
+    `scaling` is the config's rope_scaling (engine.rope), None for plain RoPE."""
+    inv_freq, attention_factor = rope_inv_freq(head_dim, theta, scaling, max_positions,
+                                               positions.device)
     freqs = positions.float()[..., None] * inv_freq  # [B, L, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_factor != 1.0:  # yarn scales cos/sin (transformers' attention_scaling)
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -148,7 +154,8 @@ class DiffusionLM(nn.Module):
             blk = positions // cfg.block_size if cfg.block_causal else torch.zeros_like(positions)
             attn_mask = (blk[:, None, :, None] >= blk[:, None, None, :])
         x = self.embed(input_ids)  # [B, L, H]
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
+                          cfg.max_position_embeddings)
         for layer in self.layers:
             q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
             attn = F.scaled_dot_product_attention(
@@ -174,7 +181,8 @@ class DiffusionLM(nn.Module):
         """
         cfg = self.config
         x = self.embed(input_ids)
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
+                          cfg.max_position_embeddings)
         block = cfg.block_size if cfg.block_causal else 0
         for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
             q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
