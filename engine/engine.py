@@ -97,13 +97,21 @@ class Engine:
 
     # ------------------------------------------------------------------ caller side
     def prepare(self, messages: list[dict], params: SamplingParams,
-                request_id: str | None = None) -> Sequence:
-        """Validate and tokenize a request (raises ValueError naming the problem)."""
+                request_id: str | None = None,
+                chat_template_kwargs: dict | None = None) -> Sequence:
+        """Validate and tokenize a request (raises ValueError naming the problem).
+        `chat_template_kwargs` become chat-template variables (tools=[...], enable_thinking=...),
+        as in transformers' apply_chat_template and vLLM's request field of that name."""
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
-        prompt = self.tokenizer.encode_chat(messages)
+        kwargs = chat_template_kwargs or {}
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ValueError("chat_template_kwargs must be a dict with string keys")
+        if {"messages", "add_generation_prompt"} & set(kwargs):
+            raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
+        prompt = self.tokenizer.encode_chat(messages, **kwargs)
         mc = self.model_config
         model_block = mc.block_size if mc.block_causal else 0
         decode_block = params.block_size or (model_block or 32)
@@ -119,9 +127,10 @@ class Engine:
         return seq
 
     async def generate(self, messages: list[dict], params: SamplingParams | None = None,
-                       request_id: str | None = None) -> AsyncIterator[Delta]:
+                       request_id: str | None = None,
+                       chat_template_kwargs: dict | None = None) -> AsyncIterator[Delta]:
         params = params or self.config.default_params
-        seq = self.prepare(messages, params, request_id)
+        seq = self.prepare(messages, params, request_id, chat_template_kwargs)
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:

@@ -89,9 +89,6 @@ class ChatTokenizer:
                      "eos_token": self.special.get("eos_token", ""),
                      "pad_token": self.special.get("pad_token", ""),
                      "mask_token": self.special.get("mask_token", "")}
-        clash = sorted({"messages", "add_generation_prompt"} & set(template_kwargs))
-        if clash:
-            raise ValueError(f"chat_template_kwargs may not set {clash[0]!r}")
         variables.update(template_kwargs)
         return self.template.render(messages=messages,
                                     add_generation_prompt=add_generation_prompt, **variables)
@@ -103,7 +100,7 @@ class ChatTokenizer:
         return self.encode(text) if tokenize else text
 
     def end_of_turn_ids(self) -> list[int]:
-        """Special tokens the chat template writes right after an assistant message's content
+        """The special token the chat template writes right after an assistant message's content
         (ChatML's <|im_end|>, LLaDA's <|eot_id|>): what the model was trained to emit to end its
         turn. Found by rendering a one-exchange conversation; [] if the template will not render
         it or writes plain text there."""
@@ -117,12 +114,8 @@ class ChatTokenizer:
         if sentinel not in text:
             return []
         added = {t.content for t in self.tokenizer.get_added_tokens_decoder().values()}
-        out = []
-        for tid in self.encode(text.split(sentinel, 1)[1]):
-            if self.tokenizer.id_to_token(tid) not in added:
-                break
-            out.append(tid)
-        return out
+        after = self.encode(text.split(sentinel, 1)[1])[:1]  # LLaDA's template goes on with a
+        return [t for t in after if self.tokenizer.id_to_token(t) in added]  # header: 1 token
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -69,6 +69,7 @@ _KNOWN = frozenset({
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
     "stream", "stream_options", "n", "reasoning_effort",
     "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
+    "chat_template_kwargs",  # vLLM's extension: extra chat-template variables
 })
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -80,6 +81,7 @@ class ChatRequest:
     params: SamplingParams
     stream: bool
     include_usage: bool
+    chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": False}
 
 
 def _is_int(value: Any) -> bool:
@@ -277,7 +279,20 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
     except ValueError as exc:  # SamplingParams names the field in its message
         raise _invalid(str(exc), _param_from_message(str(exc))) from exc
     return ChatRequest(model=model, messages=messages, params=params, stream=stream,
-                       include_usage=include_usage)
+                       include_usage=include_usage,
+                       chat_template_kwargs=_template_kwargs(body.get("chat_template_kwargs")))
+
+
+def _template_kwargs(value: Any) -> dict[str, Any] | None:
+    """vLLM's `chat_template_kwargs`: a JSON object of variables for the model's chat template."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _invalid("'chat_template_kwargs' must be an object.", "chat_template_kwargs")
+    for name in ("messages", "add_generation_prompt"):
+        if name in value:
+            raise _invalid(f"'chat_template_kwargs' may not set '{name}'.", "chat_template_kwargs")
+    return dict(value)
 
 
 def _param_from_message(message: str) -> str | None:
