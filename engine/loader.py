@@ -236,4 +236,10 @@ def save_checkpoint(model: DiffusionLM, out_dir: str | Path,
             src = Path(tokenizer_dir) / name
             if src.is_file() and src.resolve() != (out / name).resolve():
                 shutil.copy(src, out / name)
+    gen_file = out / "generation_config.json"
+    if not gen_file.is_file() and cfg.eos_token_ids:  # Dream's from_pretrained requires one
+        eos = list(cfg.eos_token_ids)
+        gen_file.write_text(json.dumps({"_from_model_config": True,
+                                        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+                                        "pad_token_id": eos[0]}, indent=2) + "\n")
     return out
