@@ -79,6 +79,8 @@ class ModelConfig:
             if kind not in ROPE_TYPES or kind == "default":
                 raise ValueError(f"rope_scaling must be None or a dict with rope_type in "
                                  f"{ROPE_TYPES[1:]}, got {self.rope_scaling!r}")
+            if self.layout == "llada":
+                raise ValueError("rope_scaling: LLaDA's config format has no rope scaling")
 
     @property
     def layout(self) -> str:
