@@ -59,7 +59,7 @@ class ChatTokenizer:
             named = {t.get("name"): t.get("template") for t in template}
             template = named.get("default") or next(iter(named.values()), None)
         jinja_file = path / "chat_template.jinja"
-        if template is None and jinja_file.is_file():
+        if jinja_file.is_file():  # transformers: the file takes priority over the config entry
             template = jinja_file.read_text()
         map_file = path / "special_tokens_map.json"  # transformers' fallback for these names
         special_map = json.loads(map_file.read_text()) if map_file.is_file() else {}

@@ -117,3 +117,11 @@ def test_template_end_of_turn_token_stops_the_answer(tmp_path, family, template,
         assert control.finish_reason == "length" and control.completion_tokens == 16
     finally:
         engine.close()
+
+
+def test_chat_template_file_takes_priority_over_the_config_entry(tmp_path):
+    """As transformers' from_pretrained: chat_template.jinja beats tokenizer_config.json's."""
+    path = make_random_checkpoint(tmp_path / "m", family="sdar")
+    (path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}!")
+    _, tok = read_config(path)
+    assert tok.render(HI) == "Hi!"
