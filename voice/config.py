@@ -21,11 +21,11 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from engine.assets import default_model_dir, web_dir
 from voice.transport.protocol import STOP_SECS_RANGE
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"
-DEFAULT_WEB_DIR = REPO_ROOT / "web"
+DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
+DEFAULT_WEB_DIR = web_dir()
 ASR_CHOICES_HELP = (
     '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, '
     '"pocketsphinx" (domain LM) or "pocketsphinx-general"'
