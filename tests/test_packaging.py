@@ -17,13 +17,24 @@ def _setuptools() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
+def _folder(package: str, package_dir: dict[str, str]) -> Path:
+    """The folder setuptools takes `package` from (longest package-dir prefix wins)."""
+    parts = package.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in package_dir:
+            return (REPO / package_dir[prefix]).joinpath(*parts[n:]).resolve()
+    return REPO.joinpath(*parts).resolve()
+
+
 def test_every_folder_with_an_init_is_a_listed_package():
-    listed = set(_setuptools()["packages"])
-    mapping = _setuptools().get("package-dir", {})
-    code_roots = [p for p in listed if "." not in p and p not in mapping]
-    found = {".".join(init.parent.relative_to(REPO).parts)
-             for root in code_roots for init in (REPO / root).rglob("__init__.py")}
-    assert found - listed == set(), f"add these to [tool.setuptools] packages: {found - listed}"
+    config = _setuptools()
+    listed = {_folder(p, config.get("package-dir", {})) for p in config["packages"]}
+    code_roots = [d for d in REPO.iterdir() if (d / "__init__.py").is_file()]
+    assert code_roots
+    found = {init.parent.resolve() for root in code_roots for init in root.rglob("__init__.py")}
+    missing = sorted(str(f.relative_to(REPO)) for f in found - listed)
+    assert not missing, f"add these folders to [tool.setuptools] packages: {missing}"
 
 
 def test_assets_resolve_to_this_checkout():
