@@ -1,7 +1,7 @@
 """diffvoice's in-process diffusion-LM inference engine.
 
-The public names are imported lazily (PEP 562), so `import engine.assets` (used by light modules
-such as voice.config) does not pull in torch.
+The public names are imported lazily (PEP 562), so importing the assets module (used by
+light modules such as voice.config) does not pull in torch.
 """
 
 from __future__ import annotations

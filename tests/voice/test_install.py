@@ -108,9 +108,11 @@ def test_wheel_has_its_data_and_its_pins_are_met(installed):
                            env=env, cwd=cwd, timeout=scaled(120))
     ours = [line for line in check.stdout.splitlines() if line.lower().startswith("diffvoice")]
     assert not ours, f"pip {installed['pip']} check: {ours}"
-    probe = ("import json; from engine import assets; from voice import config; "
-             "print(json.dumps([assets.__file__, config.__file__, str(assets.default_model_dir()),"
-             " str(assets.web_dir()), str(assets.default_facts_path())]))")
+    probe = ("import json; from engine import assets; "
+             "from voice import config; "
+             "print(json.dumps([assets.__file__, config.__file__, "
+             "str(assets.default_model_dir()), str(assets.web_dir()), "
+             "str(assets.default_facts_path())]))")
     paths = json.loads(_run([str(py), "-c", probe], env=env, cwd=cwd).stdout)
     site = str(installed["site"])
     assert all(p.startswith(site) for p in paths), paths
