@@ -111,6 +111,14 @@ class ServeConfig:
             "comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True
         ),
     )
+    # --- OpenAI API naming (vLLM's --served-model-name) ---
+    served_model_name: str | None = field(
+        default=None,
+        metadata=_help(
+            "model name(s) the /v1 API lists and answers to, comma-separated (default: the "
+            "model directory's name)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -142,6 +150,9 @@ class ServeConfig:
             raise ValueError(
                 f"public_url must start with http:// or https://, got {self.public_url!r}"
             )
+        if self.served_model_name is not None and not _split_csv(self.served_model_name):
+            raise ValueError("served_model_name must name at least one model, got "
+                             f"{self.served_model_name!r}")
 
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)
