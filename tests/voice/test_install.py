@@ -8,7 +8,8 @@ What this test does, exactly:
    pip 23.2.1 for Python 3.11.7 here) and installs the wheel with `pip install --no-deps`.
 3. To stay fast and offline, the heavy dependencies (torch, pipecat, ...) are not downloaded:
    a .pth file in the fresh venv points at a folder of symlinks to the test environment's
-   site-packages entries, minus anything of diffvoice's own (its editable-install finder,
+   installed packages (every sys.path folder holding dist-infos, outside this checkout), minus
+   anything of diffvoice's own (its editable-install finder,
    .pth files and dist-info), so the project itself can only come from the wheel. `pip check`
    (stock pip) then checks that the wheel's pinned requirements are met by those packages.
 4. From an unrelated directory, with a clean PYTHONPATH: `diffvoice generate --prompt ...`
@@ -27,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.request
 from pathlib import Path
@@ -58,17 +58,29 @@ def _source_files() -> list[str]:
     return [f for f in out.stdout.split("\0") if f and (REPO / f).is_file()]
 
 
+def _site_dirs() -> list[Path]:
+    """The test interpreter's package folders: sys.path entries holding dist-infos, outside
+    this checkout (so a venv whose own .pth points at the shared packages works too)."""
+    dirs = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        inside_repo = path == REPO or REPO in path.parents
+        if path.is_dir() and not inside_repo and next(path.glob("*.dist-info"), None):
+            dirs.append(path)
+    return dirs
+
+
 def _deps_view(tmp: Path) -> Path:
-    """Symlinks to this environment's site-packages entries, without any of diffvoice's own."""
-    site = Path(sysconfig.get_paths()["purelib"])
+    """Symlinks to this environment's installed packages, without any of diffvoice's own."""
     view = tmp / "deps-view"
     view.mkdir()
-    for entry in site.iterdir():
-        name = entry.name
-        if (name.endswith(".pth") or name in _OUR_NAMES or name.startswith(_OUR_PREFIXES)
-                or name == "__pycache__"):
-            continue
-        (view / name).symlink_to(entry)
+    for site in _site_dirs():
+        for entry in site.iterdir():
+            name = entry.name
+            if (name.endswith(".pth") or name in _OUR_NAMES or name.startswith(_OUR_PREFIXES)
+                    or name == "__pycache__" or (view / name).exists()):
+                continue  # the first folder on sys.path wins, as it does for imports
+            (view / name).symlink_to(entry)
     return view
 
 
