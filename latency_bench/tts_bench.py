@@ -1,6 +1,6 @@
 """TTS speed on this machine: first-audio latency and real-time factor, espeak-ng vs Kokoro.
 
-    python -m latency_bench.tts_bench [--tts espeak,kokoro] [--repeats 3] [--out FILE.json]
+    python -m latency_bench.tts_bench [--tts espeak,kokoro] [--repeats 3] [--out F.json]
 
 For each voice, a fixed 4-sentence receptionist reply is synthesized sentence by sentence the
 way the pipeline does it (pipecat's sentence aggregator hands the TTS one sentence at a time):
