@@ -16,8 +16,8 @@ What this test does, exactly:
    answers with the shipped default model; `diffvoice serve` serves the page at / and answers
    one spoken turn over the browser protocol (espeak-ng speech in, transcript + bot text +
    bot audio out), and its modules are the wheel's (checked via /healthz and `python -c`).
-Resolving the pins from an index with pip 23.2 is not done here (it needs the network); see
-docs/voice.md's install notes for that check.
+Resolving the pins from an index with pip 23.2 is not done here (it needs the network and a
+minute); docs/voice.md ("Install as a package") says how that was checked.
 """
 
 from __future__ import annotations
