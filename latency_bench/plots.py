@@ -1,7 +1,8 @@
 """PNG plots of a latency report: latency CDF per stage, and p50/p99 versus concurrency.
 
-The concurrency plot draws a percentile only where the sample-size rule allows it
-(report.PERCENTILE_MIN_SAMPLES) and keeps its legend outside the axes.
+The concurrency plot's dashed tail line is p99 when every level has >= 100 samples, else p90,
+each point drawn only where the sample-size rule allows it (report.PERCENTILE_MIN_SAMPLES); its
+legend sits outside the axes.
 
 Contract: `cdf_png(report)` and `concurrency_png(report)` return PNG bytes (or None when the
 report lacks what the plot needs: raw `samples` for the CDF, two or more sweep points for the
@@ -87,9 +88,13 @@ def concurrency_png(report: Mapping[str, Any]) -> bytes | None:
     figure = Figure(figsize=(9.5, 4.5))
     axes = figure.add_subplot(1, 1, 1)
     levels = [p["concurrency"] for p in sweep]
+    # the tail line: p99 when every level has the samples for it, else p90 (the sample-size
+    # rule: a p99 of a few dozen turns is only an interpolation near the max)
+    tail = "p99" if all(enough_samples(s, "p99") for p in sweep for s in p["stages"].values()
+                        if s and s.get("count")) else "p90"
     for index, name in enumerate(stage_names(report)):
         color = f"C{index % 10}"
-        for field, style in (("p50", "-"), ("p99", "--")):
+        for field, style in (("p50", "-"), (tail, "--")):
             xs, ys = [], []
             for point in sweep:
                 summary = point["stages"].get(name)
@@ -108,9 +113,9 @@ def concurrency_png(report: Mapping[str, Any]) -> bytes | None:
         axes.set_yscale("log")
         axes.yaxis.set_minor_formatter(NullFormatter())
         axes.set_ylabel("ms (log scale)")
-    p99_min = PERCENTILE_MIN_SAMPLES["p99"]
-    axes.set_title(f"p50 (solid) and p99 (dashed; only where n >= {p99_min}) vs concurrency\n"
-                   f"{_caption(report)}", fontsize=9)
+    minimum = PERCENTILE_MIN_SAMPLES[tail]
+    axes.set_title(f"p50 (solid) and {tail} (dashed; drawn where n >= {minimum}) vs "
+                   f"concurrency\n{_caption(report)}", fontsize=9)
     axes.grid(alpha=0.3)
     # the legend sits outside the axes, right of the plot, so it never covers a line
     axes.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0),
