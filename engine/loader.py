@@ -224,13 +224,12 @@ def save_checkpoint(model: DiffusionLM, out_dir: str | Path,
         for n, shard in enumerate(shards, 1):
             fname = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
             save_file(dict(shard), str(out / fname), metadata={"format": "pt"})
-            os.chmod(out / fname, 0o644)  # safetensors writes 0600; weights are not secrets
             weight_map.update({name: fname for name, _ in shard})
         (out / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2) + "\n")
     else:
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-        os.chmod(out / "model.safetensors", 0o644)
+    _umask_mode(out.glob("*.safetensors"))
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             src = Path(tokenizer_dir) / name
@@ -243,3 +242,12 @@ def save_checkpoint(model: DiffusionLM, out_dir: str | Path,
                                         "eos_token_id": eos[0] if len(eos) == 1 else eos,
                                         "pad_token_id": eos[0]}, indent=2) + "\n")
     return out
+
+
+def _umask_mode(paths) -> None:
+    """safetensors writes through a private temp file (mode 0600); give the weights the mode any
+    other file written here gets (0666 minus the umask), so a shared checkpoint is readable."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~umask)

@@ -143,9 +143,16 @@ def test_tied_checkpoint_with_a_different_stored_head_uses_it_as_transformers_do
     assert not torch.allclose(hidden_logits, tied_logits)
 
 
-def test_weights_file_is_world_readable(tmp_path):
-    path = make_random_checkpoint(tmp_path / "m", family="sdar")
-    assert (path / "model.safetensors").stat().st_mode & 0o777 == 0o644
-    sharded = make_random_checkpoint(tmp_path / "s", family="sdar", shard_size=5)
-    modes = {p.stat().st_mode & 0o777 for p in sharded.glob("model-*.safetensors")}
-    assert modes == {0o644}
+
+@pytest.mark.parametrize("shard_size", [None, 5])
+def test_saved_weights_get_the_umask_mode_not_0600(tmp_path, shard_size):
+    import os
+    import stat
+
+    path = make_random_checkpoint(tmp_path / "w", family="sdar", shard_size=shard_size)
+    umask = os.umask(0)
+    os.umask(umask)
+    weights = list(path.glob("*.safetensors"))
+    assert weights
+    for w in weights:
+        assert stat.S_IMODE(w.stat().st_mode) == 0o666 & ~umask, w
