@@ -22,8 +22,9 @@ def test_local_ct2_dir_loads_whisper_and_transcribes(speech):
     import numpy as np
 
     pcm = speech("what time do you close on friday", lead_silence=0.1, tail_silence=0.1)
-    text = stt._transcribe(np.frombuffer(pcm, np.int16).astype(np.float32) / 32768)
-    assert text  # random weights: gibberish words, but the real decode path ran
+    result = stt._runner.run(np.frombuffer(pcm, np.int16).astype(np.float32) / 32768)
+    assert result.text  # random weights: gibberish words, but the real decode path ran
+    assert result.encode_ms > 0 and result.decode_ms > 0
 
 
 def test_unknown_model_falls_back_to_pocketsphinx():
