@@ -6,8 +6,8 @@ Per VAD segment (frame contract: voice.asr.streaming_stt) one worker runs passes
 - a pass is *due* when speech was heard that no pass has heard yet and either
   `min_new_audio_secs` of audio arrived since the last pass or the caller paused for
   `pause_secs` (energy below the segment's speech level; see streaming_stt.Segment);
-- passes of one call start at most `max_passes_per_sec` apart and never overlap (the next
-  waits for the previous); across calls a `PassBudget` (one per loaded model, slots = the
+- interim passes of one call start at most `max_passes_per_sec` per second and never overlap
+  (the next waits for the previous); across calls a `PassBudget` (one per loaded model, slots = the
   model's parallel workers) caps passes in flight: a due interim pass finding no free slot
   is skipped and retried later, so under load each call runs fewer passes;
 - each pass's text goes through `LocalAgreement(n=2)`; with `prefix_confirmed` the confirmed
@@ -15,7 +15,8 @@ Per VAD segment (frame contract: voice.asr.streaming_stt) one worker runs passes
   already agreed). The interim transcript is confirmed + newest tail, pushed when it changed;
 - at the VAD stop, if the last pass already heard all the speech (`covered >= loud_until`:
   nothing loud came after it), its text is the final transcript and no pass runs; otherwise
-  one final pass over the whole segment runs, waiting for a budget slot.
+  one final pass over the whole segment runs at once (not held back by the per-call cap),
+  waiting for a budget slot.
 - A segment longer than `max_window_secs` keeps the text heard so far and continues on the
   audio after it (Whisper sees 30 s at most).
 Passes run in the ASR thread pool (voice.asr.whisper_pass does the decoding); on hang-up the
@@ -24,6 +25,7 @@ worker is cancelled and a pass still in its thread finishes there with its resul
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +93,7 @@ class WhisperSTT(StreamingSegmentSTT):
         return lambda: self._runner.run(samples, prefix or None)
 
     async def _pass(
-        self, segment: Segment, start: int, end: int, prefix: str, *, final: bool
+        self, segment: Segment, start: int, end: int, prefix: str, *, final: bool, started: float
     ) -> PassResult | None:
         """Transcribe segment samples [start, end); None when skipped (no slot) or abandoned."""
         pcm = np.frombuffer(bytes(segment.audio[start * 2 : end * 2]), dtype=np.int16)
@@ -105,6 +107,7 @@ class WhisperSTT(StreamingSegmentSTT):
                 {
                     "segment": segment.index,
                     "final": final,
+                    "started": started,
                     "audio_secs": end / segment.sample_rate,
                     "ms": round(result.total_ms, 1),
                     "features_ms": round(result.features_ms, 1),
@@ -116,8 +119,6 @@ class WhisperSTT(StreamingSegmentSTT):
         return result
 
     async def _run_segment(self, segment: Segment) -> str:
-        import time
-
         if segment.sample_rate != 16000:
             raise ValueError(f"whisper needs 16 kHz input, not {segment.sample_rate} Hz")
         opts = self.options
@@ -149,7 +150,9 @@ class WhisperSTT(StreamingSegmentSTT):
                 agreement.reset()
             last_start = time.monotonic()
             prefix = agreement.confirmed if opts.prefix_confirmed else ""
-            result = await self._pass(segment, frozen_at, end, prefix, final=False)
+            result = await self._pass(
+                segment, frozen_at, end, prefix, final=False, started=last_start
+            )
             if result is None:  # no free slot: others are using the CPU; try again shortly
                 await segment.wait_changed(min_gap)
                 continue
@@ -161,5 +164,7 @@ class WhisperSTT(StreamingSegmentSTT):
         if last_text is not None and covered >= segment.loud_until:
             return joined(last_text)  # nothing was said after the last pass: reuse it
         prefix = agreement.confirmed if opts.prefix_confirmed else ""
-        result = await self._pass(segment, frozen_at, segment.samples, prefix, final=True)
+        result = await self._pass(
+            segment, frozen_at, segment.samples, prefix, final=True, started=time.monotonic()
+        )
         return joined(result.text) if result is not None else ""

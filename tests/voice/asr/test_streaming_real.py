@@ -30,7 +30,9 @@ def _assert_interims_then_final(heard, expected: str, min_recall: float) -> None
     assert first_interim < order.index("VADUserStoppedSpeakingFrame") < final_at, order
     assert all(order.index("TranscriptionFrame") > i for i, n in enumerate(order) if "Interim" in n)
     texts = [f.text for f in interims]
-    assert all(a != b for a, b in zip(texts, texts[1:])), f"unchanged interim pushed: {texts}"
+    assert all(a != b for a, b in zip(texts, texts[1:], strict=False)), (
+        f"unchanged interim pushed: {texts}"
+    )
     assert finals[0].finalized
     heard_words = _words(finals[0].text)
     recall = sum(w in heard_words for w in expected.split()) / len(expected.split())
