@@ -4,8 +4,9 @@ native partial hypotheses.
 Per VAD segment (see voice.asr.streaming_stt for the frame contract): a decoder from the shared
 `DecoderPool` starts an utterance, every chunk of new audio is fed with
 `process_raw(chunk, full_utt=False)` and `hyp()` gives the partial hypothesis, pushed as an
-interim transcript when it changed; at the VAD stop `trailing_silence_secs` of silence is fed,
-`end_utt()` and the final hypothesis becomes the TranscriptionFrame. Feeding batches whatever
+interim transcript when it changed; at the VAD stop the rest of the segment (which already ends
+in the VAD's stop_secs of silence; `trailing_silence_secs` adds more) is fed, `end_utt()` and the
+final hypothesis becomes the TranscriptionFrame. Feeding batches whatever
 audio arrived while the previous feed ran, so a slow machine decodes in larger steps instead of
 falling behind.
 
@@ -120,7 +121,7 @@ def _hyp_text(decoder) -> str:
 
 
 class PocketsphinxSTT(StreamingSegmentSTT):
-    def __init__(self, pool: DecoderPool, *, trailing_silence_secs: float = 0.2, **kwargs) -> None:
+    def __init__(self, pool: DecoderPool, *, trailing_silence_secs: float = 0.0, **kwargs) -> None:
         super().__init__(
             settings=STTSettings(model="pocketsphinx-en-us", language=None),
             ttfs_p99_latency=POCKETSPHINX_TTFS_P99_CPU,
@@ -191,7 +192,8 @@ class _Lease:
         self.in_utt = True
 
     def feed(self, pcm: bytes, last: bool) -> str:
-        self.decoder.process_raw(pcm, no_search=False, full_utt=False)
+        if pcm:  # (an empty buffer is an error to pocketsphinx)
+            self.decoder.process_raw(pcm, no_search=False, full_utt=False)
         if last:
             self.decoder.end_utt()
             self.in_utt = False

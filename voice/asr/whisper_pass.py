@@ -76,11 +76,11 @@ class PassResult:
         return self.features_ms + self.encode_ms + self.decode_ms
 
 
-def trim_loop(text: str, min_period: int = 2) -> str:
+def trim_loop(text: str, min_period: int = 2, min_tail: int = 3) -> str:
     """Cut a decoder loop: where a span of >= `min_period` words is followed, up to the end of
-    the text, by copies of itself (the last may be cut short; at least min(period, 3) words of
-    them), keep one copy ("a b c a b c a b" -> "a b c"). Legitimate speech rarely ends that way;
-    a Whisper decoder given a short window often does."""
+    the text, by copies of itself (the last may be cut short; at least min(period, min_tail)
+    words of them), keep one copy ("a b c a b c a b" -> "a b c"). Legitimate speech rarely
+    ends that way; a Whisper decoder given a short window often does."""
     original = text.split()
     words = [w.strip(".,!?;:\"'").lower() for w in original[:160]]
     for start in range(len(words)):
@@ -159,11 +159,15 @@ class WhisperPassRunner:
         t3 = time.perf_counter()
         generated = result.sequences_ids[0]
         tokens = [t for t in generated if t < self._tokenizer.eot]
-        if prefix_tokens and tokens[: len(prefix_tokens)] != prefix_tokens:
-            tokens = prefix_tokens + tokens  # CTranslate2 returns only the generated part
+        new_tokens = len(generated)
+        if prefix_tokens and tokens[: len(prefix_tokens)] == prefix_tokens:
+            new_tokens -= len(prefix_tokens)  # the result repeats the forced prefix
+        elif prefix_tokens:
+            tokens = prefix_tokens + tokens  # the result holds only the generated part
         text = self._tokenizer.decode(tokens).strip()
         if self.options.audio_ctx == "auto":
-            text = trim_loop(text)
+            hit_budget = new_tokens >= budget  # stopped by the cap, not by end of text
+            text = trim_loop(text, min_tail=2 if hit_budget else 3)
         threshold = self.options.no_speech_threshold
         if threshold is not None and result.no_speech_prob > threshold and not prefix_tokens:
             text = ""
