@@ -27,7 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"
 DEFAULT_WEB_DIR = REPO_ROOT / "web"
 ASR_CHOICES_HELP = (
-    '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, '
+    '"auto" (best measured for the device), "whisper" / "whisper-tiny.en" / "whisper-base" '
+    "(packaged models), a faster-whisper model name in the HF cache, a local CTranslate2 dir, "
     '"pocketsphinx" (domain LM) or "pocketsphinx-general"'
 )
 TTS_CHOICES = ("espeak", "kokoro", "piper")

@@ -8,7 +8,10 @@ Why not `WhisperModel.transcribe`: it always pads the features to Whisper's 30 s
 encoder costs the same ~0.6 s on this 2-core CPU for a 1 s utterance as for a 30 s one (measured,
 docs/voice.md "Whisper pass profile"). CTranslate2's encoder accepts shorter inputs (whisper.cpp
 calls this `audio_ctx`): encoding only the utterance plus `pad_secs` of silence, at least
-`min_ctx_secs`, costs about linearly less. `audio_ctx="full"` keeps the 30 s window.
+`min_ctx_secs` (6 s had the best WER of 3/5/6 s and the full window, docs/voice.md), costs
+about linearly less. A decoder that sees a short window tends to loop ("where are you located
+where are you located"): tokens are capped by the audio length and `trim_loop` cuts a repeat
+that runs to the end. `audio_ctx="full"` keeps the 30 s window.
 
 Decoding is greedy (`beam_size=1`), without timestamps, temperature 0, no conditioning on earlier
 text, capped at `max_new_tokens`; `prefix` (text the caller already said, confirmed by local
@@ -37,7 +40,7 @@ class PassOptions:
     language: str | None = "en"
     audio_ctx: str = "auto"  # "auto": utterance + pad; "full": Whisper's 30 s window
     pad_secs: float = 1.0
-    min_ctx_secs: float = 3.0
+    min_ctx_secs: float = 6.0
     max_new_tokens: int = 96
     tokens_per_sec: float = 6.0  # short windows: cap tokens by audio length (loops end early)
     no_speech_threshold: float | None = 0.6

@@ -64,7 +64,7 @@ def test_real_decode_reports_its_stages(audio_ctx, speech):
     pcm = speech("how much is a cleaning", lead_silence=0.1, tail_silence=0.1)
     result = runner.run(np.frombuffer(pcm, np.int16).astype(np.float32) / 32768)
     assert result.audio_samples == len(pcm) // 2
-    assert result.encoder_frames == (300 if audio_ctx == "auto" else FULL_WINDOW_FRAMES)
+    assert result.encoder_frames == (600 if audio_ctx == "auto" else FULL_WINDOW_FRAMES)
     assert result.features_ms > 0 and result.encode_ms > 0 and result.decode_ms > 0
     assert result.total_ms == pytest.approx(
         result.features_ms + result.encode_ms + result.decode_ms
