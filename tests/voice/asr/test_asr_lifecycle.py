@@ -17,7 +17,6 @@ from streaming_helpers import Heard, audio_frames, tone
 from voice_fixtures import scaled
 
 from voice.asr.pass_budget import PassBudget
-from voice.asr.resolve import resolve_asr
 from voice.asr.whisper_stt import StreamingOptions, WhisperSTT
 from voice.frame_tap import FrameTap
 
@@ -101,8 +100,8 @@ async def test_final_pass_waiting_for_a_slot_gives_up_when_the_call_ends():
     assert runner.calls == [] and budget.ran == 0
 
 
-async def test_hang_up_mid_segment_returns_the_pocketsphinx_decoder(speech):
-    backend = resolve_asr("pocketsphinx", "cpu")
+async def test_hang_up_mid_segment_returns_the_pocketsphinx_decoder(speech, pocketsphinx_backend):
+    backend = pocketsphinx_backend
     pool = backend.model
     stt = backend.make_service()
     worker, run, heard = await _start(stt)

@@ -42,9 +42,8 @@ def test_dir_without_tokenizer_is_not_loaded(tmp_path):
     assert any("tokenizer.json" in w for w in backend.warnings)
 
 
-def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech):
-    backend = resolve_asr("pocketsphinx", "cpu")
-    assert backend.name == "pocketsphinx:en-us+domain-lm", backend.warnings
+def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech, pocketsphinx_backend):
+    backend = pocketsphinx_backend
     questions = ["where are you located", "do you accept dental insurance"]
     for question in questions:
         pcm = speech(question, lead_silence=0.3, tail_silence=0.3)

@@ -39,9 +39,8 @@ def _assert_interims_then_final(heard, expected: str, min_recall: float) -> None
     assert recall >= min_recall, (finals[0].text, texts)
 
 
-async def test_pocketsphinx_streams_partial_hypotheses(speech):
-    backend = resolve_asr("pocketsphinx", "cpu")
-    assert backend.name == "pocketsphinx:en-us+domain-lm", backend.warnings
+async def test_pocketsphinx_streams_partial_hypotheses(speech, pocketsphinx_backend):
+    backend = pocketsphinx_backend
     pcm = speech(QUESTION, lead_silence=0.4, tail_silence=0.8)
     heard = await run_with_silero(backend.make_service(), pcm, stop_secs=0.3)
     _assert_interims_then_final(heard, QUESTION, min_recall=0.6)
