@@ -2,7 +2,7 @@
 (voice.asr.whisper_pass `audio_ctx="auto"`), on the ASR benchmark's espeak-ng corpus.
 
     python -m latency_bench.whisper_window_wer [--model whisper-tiny.en] \
-        [--voices en-us:150,en-gb-x-rp:175,en-us+f3:135,en-gb-scotland+m3:190]
+        [--voices en-us:150,en-gb-x-rp:175,en-us+f3:135,en-gb-scotland+m3:190] [--setups ...]
 
 Each utterance gets 0.25 s of silence before and 0.5 s after; the WER is word-level over
 lowercase words without punctuation (latency_bench.asr_bench.wer). Prints one line per setup.
@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--voices", default="en-us:150,en-gb-x-rp:175,en-us+f3:135,en-gb-scotland+m3:190"
     )
+    parser.add_argument(
+        "--setups", default=",".join(SETUPS), help="comma list of " + ", ".join(SETUPS)
+    )
     args = parser.parse_args(argv)
     from faster_whisper import WhisperModel
 
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts += synthesize_corpus(texts, [voice], [int(rate)], cache, lead_silence_s=0.25)
     path = packaged_whisper_dir(args.model) or Path(args.model)
     model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=2)
-    for name, options in SETUPS.items():
+    for name in args.setups.split(","):
+        options = SETUPS[name]
         runner = WhisperPassRunner(model, PassOptions(**options))
         pairs, ms = [], []
         for p in prompts:
