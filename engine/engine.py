@@ -48,6 +48,7 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    queue_s: float | None = None  # submit -> admitted to a slot (time spent queued)
     tool_call: dict | None = None  # {"name", "arguments": JSON text} on a call's final delta
 
 
@@ -101,15 +102,28 @@ class Engine:
         return cls(loaded, config)
 
     # ------------------------------------------------------------------ caller side
-    def prepare(self, messages: list[dict], params: SamplingParams,
-                request_id: str | None = None) -> Sequence:
-        """Validate and tokenize a request (raises ValueError naming the problem)."""
+    def prepare(self, messages: list[dict] | str, params: SamplingParams,
+                request_id: str | None = None,
+                chat_template_kwargs: dict | None = None) -> Sequence:
+        """Validate and tokenize a request (raises ValueError naming the problem).
+        `chat_template_kwargs` become chat-template variables (tools=[...], enable_thinking=...),
+        as in transformers' apply_chat_template and vLLM's request field of that name."""
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
-        prompt = (self.tokenizer.encode_chat(messages, tools=list(params.tools))
-                  if params.tools else self.tokenizer.encode_chat(messages))
+        kwargs = chat_template_kwargs or {}
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ValueError("chat_template_kwargs must be a dict with string keys")
+        if {"messages", "add_generation_prompt"} & set(kwargs):
+            raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
+        if kwargs and isinstance(messages, str):
+            raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
+        # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
+        if params.tools and "tools" not in kwargs:  # templates with tool support (Qwen, Hermes)
+            kwargs = {**kwargs, "tools": list(params.tools)}
+        prompt = (self.tokenizer.encode(messages) if isinstance(messages, str)
+                  else self.tokenizer.encode_chat(messages, **kwargs))
         mc = self.model_config
         if params.tools or params.response_format:
             # constrained rows decode under the engine's own rules: the reference decoders
@@ -138,10 +152,11 @@ class Engine:
                              f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
         return seq
 
-    async def generate(self, messages: list[dict], params: SamplingParams | None = None,
-                       request_id: str | None = None) -> AsyncIterator[Delta]:
+    async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
+                       request_id: str | None = None,
+                       chat_template_kwargs: dict | None = None) -> AsyncIterator[Delta]:
         params = params or self.config.default_params
-        seq = self.prepare(messages, params, request_id)
+        seq = self.prepare(messages, params, request_id, chat_template_kwargs)
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:
@@ -269,7 +284,8 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit))
+            now - seq.t_submit,
+            seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None))
 
     def _emit_structured(self, ev: Committed, caller: _Caller) -> None:
         """A call / JSON answer: nothing readable until the whole skeleton is decoded."""
@@ -285,7 +301,7 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, ev.finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit, call))
+            now - seq.t_submit, tool_call=call))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)
