@@ -103,6 +103,10 @@ class Engine:
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
+        chars = sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
+        if chars > self.config.max_prompt_chars:
+            raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
+                             f"{self.config.max_prompt_chars}")
         prompt = self.tokenizer.encode_chat(messages)
         mc = self.model_config
         model_block = mc.block_size if mc.block_causal else 0
@@ -121,7 +125,8 @@ class Engine:
     async def generate(self, messages: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None) -> AsyncIterator[Delta]:
         params = params or self.config.default_params
-        seq = self.prepare(messages, params, request_id)
+        # templating + tokenising a long prompt takes a while: never on the caller's event loop
+        seq = await asyncio.to_thread(self.prepare, messages, params, request_id)
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:
@@ -154,6 +159,8 @@ class Engine:
     def stats(self) -> dict:
         with self._lock:
             return {"running": len(self.scheduler.running), "queued": len(self.scheduler.waiting),
+                    "callers": len(self._callers), "generators": len(self.runner.generators),
+                    "free_slots": len(self.scheduler.free_slots),
                     "last_batch_size": self.last_batch_size, "passes": self.total_passes,
                     "reused_prefix_tokens": self.scheduler.reused_tokens,
                     "max_running": self.config.max_running, "device": str(self.device),
@@ -187,11 +194,10 @@ class Engine:
                     self._abort_locked(rid)
                 self._aborts.clear()
                 rows, admitted = self.scheduler.schedule()
+            rows = self._admit_each(rows, admitted)
             if not rows:
                 continue
             try:
-                for seq in admitted:
-                    self.runner.admit(seq)
                 out = self.runner.step(rows)
             except Exception as exc:  # a failed pass fails its rows, never the engine
                 log.exception("denoising pass failed for %d rows", len(rows))
@@ -214,6 +220,26 @@ class Engine:
                 for seq in rows:
                     if seq.finish_reason is not None:
                         self.runner.release(seq)
+
+    def _admit_each(self, rows: list[Sequence], admitted: list[Sequence]) -> list[Sequence]:
+        """Lay out each newly admitted request on its own: one that fails to admit (a bad seed,
+        a canvas that does not fit) fails alone and leaves the pass; the others go on."""
+        failed = []
+        for seq in admitted:
+            try:
+                self.runner.admit(seq)
+            except Exception as exc:
+                log.warning("admitting %s failed: %r", seq.request_id, exc)
+                failed.append((seq, exc))
+        if not failed:
+            return rows
+        with self._lock:
+            for seq, exc in failed:
+                self.runner.release(seq)
+                self.scheduler.stop(seq, "error")
+                self._deliver(seq.request_id, ValueError(f"request refused at admission: {exc}"))
+        bad = {id(seq) for seq, _ in failed}
+        return [seq for seq in rows if id(seq) not in bad]
 
     def _abort_locked(self, request_id: str) -> None:
         seq = self.scheduler.abort(request_id)
