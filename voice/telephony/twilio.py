@@ -24,6 +24,13 @@ heard the answer, is appended to the JSON-lines latency log as ``{"type": "telep
 ...}`` (the plain record was already written by the pipeline). ``calls`` (an
 :class:`ActiveCalls`) lets tests and the server see calls in progress.
 
+Limits (ServeConfig, shared with /ws): no ``start`` within ``handshake_timeout_s`` -> close 1008;
+no ``media`` for ``idle_timeout_s`` -> close 1008 "idle_timeout"; a call ``max_call_s`` old ->
+close 1008 "max_duration"; more than ``MAX_MALFORMED`` malformed messages after ``start`` -> close
+1007 "malformed_messages" (a single malformed one is logged and skipped, see media_stream). A
+webhook whose parameters do not fit TwiML (a CallSid/From over 500 characters) gets 400; webhook
+bodies are capped by voice.body_limit before they are read (413).
+
 With ``twilio_validate`` off, no signature or token is checked (local testing only; a loud
 warning is logged when the router is made).
 """
@@ -31,6 +38,7 @@ warning is logged when the router is made).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -43,6 +51,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
+from voice.call_limits import CallWatchdog
 from voice.telephony import signature, twiml
 from voice.telephony.config import (
     STATUS_PATH,
@@ -51,7 +60,13 @@ from voice.telephony.config import (
     TelephonyConfig,
     startup_warnings,
 )
-from voice.telephony.handshake import CLOSE_POLICY, HandshakeError, StreamHandshake, StreamStart
+from voice.telephony.handshake import (
+    CLOSE_INVALID_PAYLOAD,
+    CLOSE_POLICY,
+    HandshakeError,
+    StreamHandshake,
+    StreamStart,
+)
 from voice.telephony.media_stream import CallSerializer, TwilioMediaStreamTransport
 from voice.telephony.playout import PlayoutTracker
 
@@ -184,6 +199,7 @@ def make_router(
 ) -> APIRouter:
     """See the module docstring. ``build_pipeline`` defaults to voice.pipeline.build_pipeline."""
     cfg = TelephonyConfig.from_serve_config(state.config)
+    limits = _CallLimits.from_config(state.config)
     for warning in startup_warnings(cfg):
         logger.warning("!!! %s", warning)
     calls = calls if calls is not None else ActiveCalls()
@@ -212,9 +228,13 @@ def make_router(
         if cfg.twilio_auth_token:
             stream_params["token"] = signature.stream_token(cfg.twilio_auth_token, call_sid)
         status_url = cfg.public_http_url(STATUS_PATH)
-        body = twiml.connect_stream(
-            _stream_url(cfg, request), stream_params, status_callback=status_url
-        )
+        try:
+            body = twiml.connect_stream(
+                _stream_url(cfg, request), stream_params, status_callback=status_url
+            )
+        except ValueError as e:  # e.g. a CallSid/From longer than a <Parameter> may be
+            logger.warning("twilio: 400 for %s: %s", VOICE_PATH, str(e)[:200])
+            return PlainTextResponse(f"bad webhook parameters: {str(e)[:200]}", status_code=400)
         logger.info("twilio %s: answering with a Media Stream", call_sid)
         return Response(body, media_type="application/xml")
 
@@ -233,7 +253,7 @@ def make_router(
     async def media_stream(ws: WebSocket) -> None:
         await ws.accept()
         try:
-            start = await _read_handshake(ws, cfg.handshake_timeout_s)
+            start = await _read_handshake(ws, limits.handshake_timeout_s)
         except WebSocketDisconnect:
             logger.info("twilio: stream closed before 'start'")
             return
@@ -251,13 +271,26 @@ def make_router(
             logger.warning("twilio %s: closing stream: server at max_sessions", start.call_sid)
             await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason="server at capacity")
             return
-        await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log)
+        await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
 
     return router
 
 
+@dataclass(frozen=True)
+class _CallLimits:
+    handshake_timeout_s: float = 10.0
+    idle_timeout_s: float = 30.0
+    max_call_s: float = 3600.0
+
+    @classmethod
+    def from_config(cls, config) -> _CallLimits:
+        return cls(**{f: float(getattr(config, f, d)) for f, d in (
+            ("handshake_timeout_s", 10.0), ("idle_timeout_s", 30.0), ("max_call_s", 3600.0))})
+
+
 async def _run_call(
-    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log
+    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log,
+    limits: _CallLimits | None = None,
 ) -> None:
     from pipecat.pipeline.runner import WorkerRunner
 
@@ -296,6 +329,19 @@ async def _run_call(
         account_sid=start.account_sid or cfg.twilio_account_sid,
         auth_token=cfg.twilio_auth_token,
     )
+    limits = limits or _CallLimits()
+
+    async def expire(reason: str) -> None:
+        # idle_timeout / max_duration / malformed_messages: say why, then end this call only
+        logger.warning("twilio %s: closing stream: %s", call.call_sid, reason)
+        end_call(reason)
+        code = CLOSE_INVALID_PAYLOAD if reason == "malformed_messages" else CLOSE_POLICY
+        with contextlib.suppress(Exception):
+            await ws.close(code=code, reason=reason)
+
+    watchdog = CallWatchdog(limits.idle_timeout_s, limits.max_call_s, expire)
+    serializer.on_media = watchdog.touch
+    serializer.on_malformed_limit = lambda: asyncio.create_task(expire("malformed_messages"))
     transport = TwilioMediaStreamTransport(ws, serializer=serializer, tracker=tracker)
     _, worker = build_pipeline(
         state,
@@ -321,8 +367,10 @@ async def _run_call(
     try:
         runner = WorkerRunner(handle_sigint=False)
         await runner.add_workers(worker)
+        watchdog.start()
         await runner.run()
     finally:
+        await watchdog.stop()
         for task in cancel_tasks:
             await asyncio.gather(task, return_exceptions=True)
         turn_tracker = getattr(worker, "diffvoice_tracker", None)
@@ -341,5 +389,7 @@ async def _run_call(
         calls.finished += 1
         duration = round(time.time() - call.started_t, 3)
         end = {"type": "twilio.stream", "t": time.time(), "event": "end", "duration_s": duration}
+        end["closed_by_server"] = watchdog.expired or (
+            "malformed_messages" if serializer.malformed_limit_hit else None)
         status_log({**end, "stopped_by_twilio": call.stopped_by_twilio, **extra})
         logger.info("twilio %s: call ended after %.1f s", call.call_sid, duration)

@@ -1,7 +1,11 @@
 """One browser call over one WebSocket: protocol handshake, receive loop, pipeline lifetime.
 
 Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
-1. accept; refuse with error "overloaded" (close 1013) past `config.max_sessions`;
+1. accept; refuse with an error event and close: "origin_not_allowed" (1008) for a browser page
+   from a foreign Origin (voice.access.origin_allowed), "unauthorized" (1008) when
+   `config.api_keys` is set and no key/token came (voice.access.ws_credential_ok),
+   "too_many_sessions" (1013) past `config.max_sessions_per_ip` for this client IP,
+   "overloaded" (1013) past `config.max_sessions`;
 2. wait up to FIRST_MESSAGE_SECS for an optional `session.start` (its overrides apply);
 3. build the pipeline (voice.pipeline.build_pipeline) with a BrowserTransport, run it, send
    `session.started`;
@@ -9,7 +13,10 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
    `ping` gets `pong`; any ProtocolError sends an `error` event and closes *this* socket with the
    error's
    close code (reason = error code) — other sessions never notice;
-5. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
+5. limits (ServeConfig): no first message within `handshake_timeout_s` -> "handshake_timeout",
+   no caller audio for `idle_timeout_s` -> "idle_timeout", the call `max_call_s` old ->
+   "max_duration" (all 1008, with an error event first);
+6. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
 
 All socket writes go through one lock so audio and JSON events keep their order.
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 
 from fastapi import WebSocket
@@ -26,6 +34,7 @@ from loguru import logger
 from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from voice.access import origin_allowed, ws_credential_ok
 from voice.pipeline import build_pipeline
 from voice.transport import protocol
 from voice.transport.browser import BrowserTransport
@@ -33,6 +42,7 @@ from voice.transport.browser import BrowserTransport
 FIRST_MESSAGE_SECS = 0.5
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0
+_NO_MESSAGE = object()  # the first-message wait ran out (distinct from an empty text frame)
 
 
 class BrowserSession:
@@ -40,6 +50,7 @@ class BrowserSession:
         self.ws = websocket
         self.state = state
         self.session_id = uuid.uuid4().hex[:12]
+        self.client_ip = websocket.client.host if websocket.client else "?"
         self._send_lock = asyncio.Lock()
         self._open = True
 
@@ -96,27 +107,67 @@ class BrowserSession:
             return message["text"]
         return None
 
+    def _refusal(self) -> protocol.ProtocolError | None:
+        """Why this socket may not start a session (checked before any pipeline is built)."""
+        config, ws = self.state.config, self.ws
+        origin = ws.headers.get("origin")
+        if not origin_allowed(origin, ws.headers.get("host"),
+                              getattr(config, "allowed_origins", ())):
+            return protocol.ProtocolError("origin_not_allowed",
+                                          f"Origin {origin[:100]!r} may not open sessions here")
+        api_keys = tuple(getattr(config, "api_keys", ()) or ())
+        if not ws_credential_ok(ws.headers, ws.query_params, api_keys, self.state.session_tokens):
+            return protocol.ProtocolError(
+                "unauthorized", "this server needs an API key: send 'Authorization: Bearer "
+                "<key>' or connect to /ws?token=<token from POST /session-token>")
+        if len(self.state.active_sessions) >= config.max_sessions:
+            return protocol.ProtocolError("overloaded", "too many sessions, try later")
+        if not self.state.client_slots.acquire(self.client_ip):
+            return protocol.ProtocolError(
+                "too_many_sessions", f"this client already holds "
+                f"{self.state.client_slots.limit} sessions (max_sessions_per_ip)")
+        return None
+
+    async def _next(self, deadline: float, reason: str) -> str | bytes | None:
+        """Next client message; ProtocolError(reason) if none arrives before `deadline`."""
+        try:
+            return await asyncio.wait_for(self._receive(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            limits = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s",
+                      "handshake_timeout": "handshake_timeout_s"}
+            raise protocol.ProtocolError(
+                reason, f"closed by the server's {limits[reason]} limit") from None
+
+    def _deadline(self, connected_t: float, last_audio_t: float) -> tuple[float, str]:
+        config = self.state.config
+        idle = (last_audio_t + config.idle_timeout_s, "idle_timeout")
+        longest = (connected_t + config.max_call_s, "max_duration")
+        return min(idle, longest)
+
     async def run(self) -> None:
         state = self.state
         await self.ws.accept()
-        if len(state.active_sessions) >= state.config.max_sessions:
-            await self.fail(protocol.ProtocolError("overloaded", "too many sessions, try later"))
+        refusal = self._refusal()
+        if refusal is not None:
+            await self.fail(refusal)
             return
         state.active_sessions.add(self.session_id)
         state.metrics.session_opened()
         worker = runner_task = tracker = None
+        connected_t = time.monotonic()
         try:
             # 1. optional session.start
             stop_secs = state.config.stop_secs
             warnings = list(state.warnings)
             pending: list[protocol.ClientMessage] = []
+            first: str | bytes | None | object = _NO_MESSAGE
             try:
                 first = await asyncio.wait_for(self._receive(), FIRST_MESSAGE_SECS)
             except TimeoutError:
-                first = ""
+                pass
             if first is None:
                 return
-            if first != "":
+            if first is not _NO_MESSAGE:  # an empty text frame is a (bad) message too
                 message = protocol.decode_client(first)
                 if isinstance(message, protocol.SessionStart):
                     stop_secs = message.config.get("stop_secs", stop_secs)
@@ -163,14 +214,25 @@ class BrowserSession:
                 )
             )
 
-            # 3. receive loop
+            # 3. receive loop, under the handshake / idle / duration limits
+            last_audio_t = time.monotonic()
             for message in pending:
                 await self._handle(message, transport)
+            if first is _NO_MESSAGE:
+                raw = await self._next(connected_t + state.config.handshake_timeout_s,
+                                       "handshake_timeout")
+                if raw is None or runner_task.done():
+                    return
+                await self._handle(self._decode(raw), transport)
+                last_audio_t = time.monotonic()
             while True:
-                raw = await self._receive()
+                raw = await self._next(*self._deadline(connected_t, last_audio_t))
                 if raw is None or runner_task.done():
                     break
-                await self._handle(protocol.decode_client(raw), transport)
+                message = protocol.decode_client(raw)
+                if isinstance(message, protocol.AudioIn):
+                    last_audio_t = time.monotonic()
+                await self._handle(message, transport)
         except protocol.ProtocolError as e:
             await self.fail(e)
         except Exception as e:
@@ -191,8 +253,13 @@ class BrowserSession:
                 with contextlib.suppress(Exception):
                     await tracker.close()
             state.active_sessions.discard(self.session_id)
+            state.client_slots.release(self.client_ip)
             state.metrics.session_closed()
             await self.close(protocol.CLOSE_NORMAL, "bye")
+
+    @staticmethod
+    def _decode(raw: str | bytes) -> protocol.ClientMessage:
+        return protocol.decode_client(raw)
 
     async def _handle(self, message: protocol.ClientMessage, transport: BrowserTransport) -> None:
         if isinstance(message, protocol.AudioIn):
