@@ -351,6 +351,12 @@ async def _run_call(
     )
     call.worker = worker
 
+    @transport.event_handler("on_client_connected")
+    async def _on_connected(_transport, _ws):
+        # the pipeline is up and reading: the idle clock starts now, not while it was built
+        watchdog.touch()
+        watchdog.start()
+
     @transport.event_handler("on_client_disconnected")
     async def _on_disconnected(_transport, _ws):
         end_call("socket closed")
@@ -367,7 +373,6 @@ async def _run_call(
     try:
         runner = WorkerRunner(handle_sigint=False)
         await runner.add_workers(worker)
-        watchdog.start()
         await runner.run()
     finally:
         await watchdog.stop()

@@ -6,16 +6,16 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
    `config.api_keys` is set and no key/token came (voice.access.ws_credential_ok),
    "too_many_sessions" (1013) past `config.max_sessions_per_ip` for this client IP,
    "overloaded" (1013) past `config.max_sessions`;
-2. wait up to FIRST_MESSAGE_SECS for an optional `session.start` (its overrides apply);
+2. wait up to `config.handshake_timeout_s` for the first message: `session.start` (its
+   overrides apply) or audio / ping (defaults; the message is kept); none -> "handshake_timeout";
 3. build the pipeline (voice.pipeline.build_pipeline) with a BrowserTransport, run it, send
    `session.started`;
 4. decode every client message with voice.transport.protocol: audio goes into the pipeline,
    `ping` gets `pong`; any ProtocolError sends an `error` event and closes *this* socket with the
    error's
    close code (reason = error code) — other sessions never notice;
-5. limits (ServeConfig): no first message within `handshake_timeout_s` -> "handshake_timeout",
-   no caller audio for `idle_timeout_s` -> "idle_timeout", the call `max_call_s` old ->
-   "max_duration" (all 1008, with an error event first);
+5. limits (ServeConfig): no caller audio for `idle_timeout_s` -> "idle_timeout", the call
+   `max_call_s` old -> "max_duration" (both 1008, with an error event first);
 6. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
 
@@ -39,10 +39,8 @@ from voice.pipeline import build_pipeline
 from voice.transport import protocol
 from voice.transport.browser import BrowserTransport
 
-FIRST_MESSAGE_SECS = 0.5
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0
-_NO_MESSAGE = object()  # the first-message wait ran out (distinct from an empty text frame)
 
 
 class BrowserSession:
@@ -160,20 +158,18 @@ class BrowserSession:
             stop_secs = state.config.stop_secs
             warnings = list(state.warnings)
             pending: list[protocol.ClientMessage] = []
-            first: str | bytes | None | object = _NO_MESSAGE
-            try:
-                first = await asyncio.wait_for(self._receive(), FIRST_MESSAGE_SECS)
-            except TimeoutError:
-                pass
+            # session.start counts whenever it is the first message (a loaded server or a
+            # proxy may deliver it late); audio or ping first means defaults
+            first = await self._next(connected_t + state.config.handshake_timeout_s,
+                                     "handshake_timeout")
             if first is None:
                 return
-            if first is not _NO_MESSAGE:  # an empty text frame is a (bad) message too
-                message = protocol.decode_client(first)
-                if isinstance(message, protocol.SessionStart):
-                    stop_secs = message.config.get("stop_secs", stop_secs)
-                    warnings += protocol.session_config_warnings(message)
-                else:
-                    pending.append(message)
+            message = protocol.decode_client(first)  # an empty text frame is bad_json
+            if isinstance(message, protocol.SessionStart):
+                stop_secs = message.config.get("stop_secs", stop_secs)
+                warnings += protocol.session_config_warnings(message)
+            else:
+                pending.append(message)
 
             # 2. pipeline
             transport = BrowserTransport(
@@ -218,13 +214,6 @@ class BrowserSession:
             last_audio_t = time.monotonic()
             for message in pending:
                 await self._handle(message, transport)
-            if first is _NO_MESSAGE:
-                raw = await self._next(connected_t + state.config.handshake_timeout_s,
-                                       "handshake_timeout")
-                if raw is None or runner_task.done():
-                    return
-                await self._handle(self._decode(raw), transport)
-                last_audio_t = time.monotonic()
             while True:
                 raw = await self._next(*self._deadline(connected_t, last_audio_t))
                 if raw is None or runner_task.done():
@@ -256,10 +245,6 @@ class BrowserSession:
             state.client_slots.release(self.client_ip)
             state.metrics.session_closed()
             await self.close(protocol.CLOSE_NORMAL, "bye")
-
-    @staticmethod
-    def _decode(raw: str | bytes) -> protocol.ClientMessage:
-        return protocol.decode_client(raw)
 
     async def _handle(self, message: protocol.ClientMessage, transport: BrowserTransport) -> None:
         if isinstance(message, protocol.AudioIn):
