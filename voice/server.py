@@ -44,6 +44,15 @@ def _engine_stats(state: AppState) -> dict:
         return {"error": repr(e)}
 
 
+def _request_ids(state: AppState) -> list[str]:
+    """Engine requests in flight (ids name their session: voice-<session_id>-<n>); lets a test
+    harness see that an interrupted or closed call's request is gone."""
+    try:
+        return sorted(state.engine.active_request_ids()) if state.engine is not None else []
+    except Exception:
+        return []
+
+
 def create_app(state: AppState) -> FastAPI:
     config = state.config
 
@@ -101,6 +110,7 @@ def create_app(state: AppState) -> FastAPI:
                 "active_sessions": len(state.active_sessions),
                 "max_sessions": config.max_sessions,
                 "engine": _engine_stats(state),
+                "engine_request_ids": _request_ids(state),
                 "warnings": state.warnings,
             }
         )
