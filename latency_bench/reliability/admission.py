@@ -179,7 +179,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     statuses = [a["status"] for a in answers]
     idle = await asyncio.gather(*(_timed_close(ctx, True) for _ in range(3)),
                                 *(_timed_close(ctx, False) for _ in range(2)))
-    after = await settled(ctx)
+    after = await settled(ctx, baseline=baseline)
     idle_s, hs_s = scale["idle_timeout_s"], scale["handshake_timeout_s"]
     checks = [
         check(f"{capacity} calls held, one more refused overloaded / 1013, nothing served",

@@ -98,12 +98,18 @@ LEAK_GAUGES = ("diffvoice_engine_running_requests", "diffvoice_engine_queue_dept
                "diffvoice_client_slots_held")
 
 
-async def settled(ctx: Ctx, within_s: float = 30.0) -> dict[str, float]:
-    """/metrics once every leak gauge is back to 0 (or after `within_s`): what is left."""
+async def settled(ctx: Ctx, within_s: float = 30.0,
+                  baseline: dict[str, float] | None = None) -> dict[str, float]:
+    """/metrics once every leak gauge is back to 0 and (given a baseline) loop tasks and fds
+    are back to it (+2), or after `within_s`: what is left."""
     deadline = time.monotonic() + within_s
     while True:
         m = await metrics(ctx)
-        if all(m.get(g, 0) == 0 for g in LEAK_GAUGES) or time.monotonic() > deadline:
+        done = all(m.get(g, 0) == 0 for g in LEAK_GAUGES)
+        if baseline is not None:
+            done = done and all(m.get(k, 0) <= baseline.get(k, 0) + 2
+                                for k in ("diffvoice_event_loop_tasks", "process_open_fds"))
+        if done or time.monotonic() > deadline:
             return m
         await asyncio.sleep(0.5)
 

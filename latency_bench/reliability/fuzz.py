@@ -194,9 +194,13 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
                 want = case.expect_status
             ok = got in want if case.surface in ("webhook", "v1") else got == want
         counts[(case.surface, case.family, ok)] += 1
-        if (isinstance(got, int) and got >= 500) or (isinstance(got, tuple) and (
-                "internal" in got[0] or got[1] == 1011)) or got == 1011:
-            five_hundreds += 1
+        if case.surface in ("webhook", "v1"):
+            server_fault = isinstance(got, int) and got >= 500
+        elif case.surface == "ws":
+            server_fault = isinstance(got, tuple) and ("internal" in got[0] or got[1] == 1011)
+        else:
+            server_fault = got == 1011
+        five_hundreds += server_fault
         if not ok and len(bad) < 20:
             bad.append(f"{case.surface}/{case.family}: want {want}, got {got}")
 
@@ -219,7 +223,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     legit = legit_calls(ctx, scale["fuzz_legit_calls"], scale["fuzz_legit_turns"])
     _, mids, media_calls, turns = await asyncio.gather(fuzzing, mid_calls(), media, legit)
     elapsed = time.monotonic() - t0
-    after = await settled(ctx)
+    after = await settled(ctx, baseline=baseline)
 
     total = sum(counts.values()) + len(mids) + sum(m["malformed_sent"] for m in media_calls)
     mismatched = sum(v for (_, _, ok), v in counts.items() if not ok)

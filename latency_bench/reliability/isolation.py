@@ -114,7 +114,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         abused, abuse = await asyncio.gather(legit_calls(ctx, 2, turns),
                                              _abuse(ctx, scale, next_ip()))
         elapsed = time.monotonic() - t0
-    after = await settled(ctx)
+    after = await settled(ctx, baseline=baseline)
     rtt = probe.summary()
     flood = abuse["flood"]
     checks = [

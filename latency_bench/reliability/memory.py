@@ -50,9 +50,9 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         turns += await _batch(ctx, scale["mem_warmup"] + done, n, conc)
         done += n
         curve.append((done, round((await metrics(ctx))[RSS] / 2**20, 1)))
-    after = await settled(ctx)
+    after = await settled(ctx, baseline=base)
     await asyncio.sleep(3)
-    after = await settled(ctx)
+    after = await settled(ctx, baseline=base)
     per_session = (after[RSS] - base[RSS]) / 2**20 / scale["mem_sessions"]
     checks = [
         check(f"RSS growth <= {GOAL_MB} MB per session over {scale['mem_sessions']} sessions",

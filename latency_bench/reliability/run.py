@@ -74,8 +74,16 @@ _LOG_PATTERNS = {
 }
 
 
-def scan_log(text: str) -> dict[str, int]:
-    return {k: len(re.findall(p, text)) for k, p in _LOG_PATTERNS.items()}
+def scan_log(text: str) -> dict[str, Any]:
+    """Counts of each pattern, plus up to 3 examples (the matching line and the next 6)."""
+    lines = text.splitlines()
+    out: dict[str, Any] = {k: len(re.findall(p, text)) for k, p in _LOG_PATTERNS.items()}
+    examples = []
+    for i, line in enumerate(lines):
+        if any(re.search(p, line) for p in _LOG_PATTERNS.values()) and len(examples) < 3:
+            examples.append("\n".join(lines[max(0, i - 2): i + 6])[:1500])
+    out["examples"] = examples
+    return out
 
 
 async def _part(name: str, ctx: Ctx, scale: dict) -> dict[str, Any]:

@@ -77,7 +77,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     wall = time.time() - t0
     sampling.cancel()
     await asyncio.gather(sampling, return_exceptions=True)
-    after = await settled(ctx, within_s=60)
+    after = await settled(ctx, within_s=60, baseline=baseline)
 
     def v2v(lo: float, hi: float) -> list[float]:
         out = []

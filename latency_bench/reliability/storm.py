@@ -155,7 +155,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     cycles = [total // n + (i < total % n) for i in range(n)]
     await asyncio.gather(*(_storm_call(ctx, random.Random(rng.random()), c, out)
                            for c in cycles))
-    after = await settle(ctx)
+    after = await settle(ctx, baseline=baseline)
     audits = [_audit(s) for s in out.pop("sessions")]
     stale = sum(a[0] for a in audits)
     dup_turns = sum(a[1] for a in audits)

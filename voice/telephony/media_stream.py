@@ -57,6 +57,7 @@ from pipecat.transports.websocket.fastapi import (
 
 from voice.json_input import JSONInputError, loads_untrusted
 from voice.telephony.playout import PlayoutTracker
+from voice.transport.stale_audio import StaleAudioGuard
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +187,7 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
         self._tracker = tracker
         self._first_chunk_pending = False
         self._run_open = False
+        self.stale = StaleAudioGuard()
 
     async def _send_mark(self, name: str) -> None:
         message = {"event": "mark", "streamSid": self._stream_sid, "mark": {"name": name}}
@@ -203,12 +205,15 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         if isinstance(frame, InterruptionFrame):
+            self.stale.interrupted()  # before pipecat pushes it on (and 'clear' goes out)
             self._tracker.interrupted(time.time())
             self._run_open = False
             self._first_chunk_pending = False
         await super().process_frame(frame, direction)
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        if self.stale.is_stale(frame):
+            return True  # the interrupted answer: never sent after Twilio's 'clear'
         pending = self._first_chunk_pending
         self._first_chunk_pending = False
         write_t = time.time()

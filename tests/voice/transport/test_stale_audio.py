@@ -1,0 +1,30 @@
+"""Issue 12 (barge-in storm finding): audio of an interrupted answer that reaches the output
+transport after the interruption is dropped, audio of the next answer is not."""
+
+from pipecat.frames.frames import OutputAudioRawFrame
+
+from voice.transport.browser import BrowserTransport
+
+
+def _chunk() -> OutputAudioRawFrame:
+    return OutputAudioRawFrame(audio=b"\1\0" * 160, sample_rate=16000, num_channels=1)
+
+
+async def test_chunks_from_before_the_interruption_are_dropped():
+    sent = []
+
+    async def send(pcm: bytes) -> bool:
+        sent.append(pcm)
+        return True
+
+    out = BrowserTransport(send, input_sample_rate=16000, output_sample_rate=16000).output()
+    old_a, old_b = _chunk(), _chunk()
+    uninterruptible = _chunk()
+    uninterruptible.interruptible = False
+    assert await out.write_audio_frame(old_a) and len(sent) == 1
+    out.stale.interrupted()  # what process_frame does first on an InterruptionFrame
+    new = _chunk()
+    assert await out.write_audio_frame(old_b)  # reported written (so pipecat goes on) ...
+    assert len(sent) == 1 and out.stale.dropped == 1  # ... but never sent
+    assert await out.write_audio_frame(uninterruptible) and len(sent) == 2
+    assert await out.write_audio_frame(new) and len(sent) == 3
