@@ -85,11 +85,22 @@ async def _abuse(ctx: Ctx, scale: dict, ip: str) -> dict[str, Any]:
                 await ws.close()
             else:
                 accepted.append(ws)
-        if accepted:  # a ping flood on one accepted session
+        if accepted:  # a ping flood on one accepted session (its pongs drained meanwhile)
             ws = accepted[0]
-            for _ in range(2000):
-                await ws.send(protocol.Ping().encode())
-                pings += 1
+
+            async def drain():
+                async for _ in ws:
+                    pass
+
+            drainer = asyncio.create_task(drain())
+            try:
+                async with asyncio.timeout(60):
+                    for _ in range(2000):
+                        await ws.send(protocol.Ping().encode())
+                        pings += 1
+            except (TimeoutError, ConnectionClosed):
+                pass
+            drainer.cancel()
         for ws in accepted:
             await ws.close()
         return {"accepted": len(accepted), "refused_too_many_sessions": refused,

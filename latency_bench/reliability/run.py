@@ -30,16 +30,16 @@ PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
 
 SCALES: dict[str, dict[str, Any]] = {
     "short": {
-        "name": "short", "max_sessions": 10, "per_ip": 3, "idle_timeout_s": 4.0,
-        "handshake_timeout_s": 3.0, "max_new_tokens": 16,
+        "name": "short", "max_sessions": 8, "per_ip": 3, "idle_timeout_s": 3.0,
+        "handshake_timeout_s": 2.0, "max_new_tokens": 12,
         "fuzz_inputs": 300, "fuzz_min_total": 300, "fuzz_concurrency": 8, "fuzz_mid_calls": 5,
         "fuzz_media_calls": 1, "fuzz_legit_calls": 1, "fuzz_legit_turns": 1,
-        "iso_bad_requests": 10, "iso_huge_prompts": 2, "iso_flood_sockets": 10,
+        "iso_bad_requests": 8, "iso_huge_prompts": 1, "iso_flood_sockets": 6,
         "iso_legit_turns": 1,
         "storm_sessions": 1, "storm_interruptions": 2,
-        "mem_warmup": 2, "mem_sessions": 4, "mem_concurrency": 2,
-        "soak_callers": 2, "soak_s": 12, "soak_pause_s": 2.0, "soak_call_turns": 1,
-        "part_timeout_s": 120,
+        "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
+        "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
+        "part_timeout_s": 150,
     },
     "full": {
         "name": "full", "max_sessions": 40, "per_ip": 4, "idle_timeout_s": 10.0,

@@ -41,6 +41,7 @@ from voice.transport.browser import BrowserTransport
 
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0
+SEND_TIMEOUT_SECS = 10.0  # one socket write; longer means the client stopped reading
 
 
 class BrowserSession:
@@ -58,13 +59,11 @@ class BrowserSession:
         async with self._send_lock:
             if not self._open or self.ws.application_state != WebSocketState.CONNECTED:
                 return False
-            try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_text(data)
+            try:  # a client that stops reading must not hold the session (and its slot)
+                send = self.ws.send_bytes if isinstance(data, bytes) else self.ws.send_text
+                await asyncio.wait_for(send(data), SEND_TIMEOUT_SECS)
                 return True
-            except Exception as e:  # the peer went away mid-write
+            except Exception as e:  # the peer went away mid-write, or stopped reading
                 logger.debug(f"session {self.session_id}: send failed: {e!r}")
                 self._open = False
                 return False
@@ -216,7 +215,7 @@ class BrowserSession:
                 await self._handle(message, transport)
             while True:
                 raw = await self._next(*self._deadline(connected_t, last_audio_t))
-                if raw is None or runner_task.done():
+                if raw is None or runner_task.done() or not self._open:
                     break
                 message = protocol.decode_client(raw)
                 if isinstance(message, protocol.AudioIn):
