@@ -53,6 +53,15 @@ def _request_ids(state: AppState) -> list[str]:
         return []
 
 
+def _task_names() -> dict[str, int]:
+    """asyncio tasks alive, by coroutine name (leak hunting: what outlived its session?)."""
+    import asyncio
+    from collections import Counter
+
+    names = Counter(getattr(t.get_coro(), "__qualname__", "?") for t in asyncio.all_tasks())
+    return dict(names.most_common(15))
+
+
 def create_app(state: AppState) -> FastAPI:
     config = state.config
 
@@ -111,6 +120,7 @@ def create_app(state: AppState) -> FastAPI:
                 "max_sessions": config.max_sessions,
                 "engine": _engine_stats(state),
                 "engine_request_ids": _request_ids(state),
+                "event_loop_tasks": _task_names(),
                 "warnings": state.warnings,
             }
         )

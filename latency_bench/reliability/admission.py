@@ -33,7 +33,6 @@ from latency_bench.reliability.common import (
     check,
     health,
     leak_checks,
-    metrics,
     next_ip,
     settled,
 )
@@ -44,7 +43,10 @@ from voice.transport import protocol
 
 async def _open(ctx: Ctx, ip: str) -> tuple[Any, Any]:
     ws = await connect(ctx.ws, ping_interval=None, open_timeout=30, local_addr=(ip, 0))
-    await ws.send(protocol.SessionStart(config={}).encode())
+    try:  # a refused socket may be closed before this is sent; its error event is still read
+        await ws.send(protocol.SessionStart(config={}).encode())
+    except ConnectionClosed:
+        pass
     try:
         first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 60))
     except ConnectionClosed:
@@ -150,7 +152,7 @@ async def _timed_close(ctx: Ctx, send_start: bool) -> dict[str, Any]:
 
 
 async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    baseline = await metrics(ctx)
+    baseline = await settled(ctx)
     capacity = scale["max_sessions"]
     model = ctx.settings["model_name"]
     held, stop = [], asyncio.Event()

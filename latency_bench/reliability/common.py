@@ -114,6 +114,10 @@ async def settled(ctx: Ctx, within_s: float = 30.0,
         await asyncio.sleep(0.5)
 
 
+async def task_names(ctx: Ctx) -> dict[str, int]:
+    return (await health(ctx)).get("event_loop_tasks", {})
+
+
 def leak_checks(m: dict[str, float], baseline: dict[str, float], prefix: str) -> list[dict]:
     out = [check(f"{prefix}: {g} back to 0", m.get(g, 0) == 0, f"{m.get(g)}")
            for g in LEAK_GAUGES]

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from latency_bench.reliability.common import Ctx, health
+from latency_bench.reliability.common import Ctx, health, task_names
 
 PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
 
@@ -32,7 +32,7 @@ SCALES: dict[str, dict[str, Any]] = {
     "short": {
         "name": "short", "max_sessions": 8, "per_ip": 3, "idle_timeout_s": 3.0,
         "handshake_timeout_s": 2.0, "max_new_tokens": 12,
-        "fuzz_inputs": 300, "fuzz_min_total": 300, "fuzz_concurrency": 8, "fuzz_mid_calls": 5,
+        "fuzz_inputs": 300, "fuzz_min_total": 300, "fuzz_concurrency": 3, "fuzz_mid_calls": 5,
         "fuzz_media_calls": 1, "fuzz_legit_calls": 1, "fuzz_legit_turns": 1,
         "iso_bad_requests": 8, "iso_huge_prompts": 1, "iso_flood_sockets": 6,
         "iso_legit_turns": 1,
@@ -97,6 +97,10 @@ async def _part(name: str, ctx: Ctx, scale: dict) -> dict[str, Any]:
         result = {"checks": [{"name": f"{name} ran to the end", "ok": False,
                               "detail": f"{type(e).__name__}: {e}"[:300]}]}
     result["elapsed_s"] = round(time.monotonic() - t0, 1)
+    try:
+        result["tasks_after"] = await task_names(ctx)
+    except Exception as e:
+        result["tasks_after"] = repr(e)
     return result
 
 

@@ -312,10 +312,19 @@ async def _run_call(
     tracker = PlayoutTracker(emit, wait_for_echo_s=cfg.wait_for_echo_s, extra_fields=extra)
     cancel_tasks: list[asyncio.Task] = []
 
+    pipeline_started = asyncio.Event()
+
+    async def cancel_when_started(reason: str) -> None:
+        # cancelling mid-start would orphan tasks processors create in start() (the STT's
+        # segment task: "Task was destroyed but it is pending")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pipeline_started.wait(), 30)
+        await call.worker.cancel(reason=reason)
+
     def end_call(reason: str) -> None:
         if call.worker is not None and not cancel_tasks:
             logger.info("twilio %s: ending pipeline (%s)", call.call_sid, reason)
-            cancel_tasks.append(asyncio.create_task(call.worker.cancel(reason=reason)))
+            cancel_tasks.append(asyncio.create_task(cancel_when_started(reason)))
 
     def on_stop() -> None:
         call.stopped_by_twilio = True
@@ -350,6 +359,10 @@ async def _run_call(
         on_latency=lambda record: tracker.on_latency(record, time.time()),
     )
     call.worker = worker
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(_worker, _frame):
+        pipeline_started.set()
 
     @transport.event_handler("on_client_connected")
     async def _on_connected(_transport, _ws):

@@ -186,10 +186,19 @@ class BrowserSession:
                 audio_out_sample_rate=state.tts.sample_rate,
             )
             tracker = worker.diffvoice_tracker
+            pipeline_started = asyncio.Event()
+
+            @worker.event_handler("on_pipeline_started")
+            async def _started(_worker, _frame):
+                pipeline_started.set()
+
             runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
             await runner.add_workers(worker)
             runner_task = asyncio.create_task(runner.run(), name=f"session-{self.session_id}")
-            ready = asyncio.create_task(transport.input().ready.wait())
+            # every processor has started (StartFrame reached the sink): a cancel from now on
+            # reaches tasks they create in start(), e.g. the STT's segment task, so none is
+            # orphaned ("Task was destroyed but it is pending") however short the session
+            ready = asyncio.create_task(pipeline_started.wait())
             done, _ = await asyncio.wait(
                 {ready, runner_task}, timeout=PIPELINE_READY_SECS, return_when="FIRST_COMPLETED"
             )
@@ -229,6 +238,12 @@ class BrowserSession:
         finally:
             self._open = False
             if worker is not None:
+                if runner_task is not None and not pipeline_started.is_set():
+                    # cancelling mid-start would orphan tasks processors create in start()
+                    started = asyncio.ensure_future(pipeline_started.wait())
+                    await asyncio.wait({started, runner_task}, timeout=PIPELINE_READY_SECS,
+                                       return_when="FIRST_COMPLETED")
+                    started.cancel()
                 with contextlib.suppress(Exception):
                     await worker.cancel(reason="session closed")
             if runner_task is not None:
