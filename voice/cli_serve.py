@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from engine import Engine, EngineConfig
+    from voice import malloc_tune
+
+    if config.malloc_arena_max:
+        malloc_tune.limit_arenas(config.malloc_arena_max)
     from voice.state import AppState
 
     started = time.perf_counter()

@@ -144,6 +144,11 @@ class ServeConfig:
             "any)"
         ),
     )
+    malloc_arena_max: int = field(
+        default=4,
+        metadata=_help("glibc malloc arenas (MALLOC_ARENA_MAX); freed memory is also trimmed "
+                       "back to the OS when calls end. 0 leaves glibc's defaults"),
+    )
     public_metrics: bool = field(
         default=False,
         metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
@@ -186,6 +191,10 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if isinstance(self.malloc_arena_max, bool) or not isinstance(self.malloc_arena_max, int) \
+                or self.malloc_arena_max < 0:
+            raise ValueError(f"malloc_arena_max must be an integer >= 0, got "
+                             f"{self.malloc_arena_max!r}")
         for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -51,6 +51,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
+from voice import malloc_tune
 from voice.call_limits import CallWatchdog
 from voice.telephony import signature, twiml
 from voice.telephony.config import (
@@ -404,6 +405,8 @@ async def _run_call(
             sessions.discard(call.session_id)
         if metrics is not None:
             metrics.session_closed()
+        if getattr(state.config, "malloc_arena_max", 0):
+            malloc_tune.trim_soon()  # the call's native buffers back to the OS
         calls.finished += 1
         duration = round(time.time() - call.started_t, 3)
         end = {"type": "twilio.stream", "t": time.time(), "event": "end", "duration_s": duration}

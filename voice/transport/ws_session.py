@@ -34,6 +34,7 @@ from loguru import logger
 from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from voice import malloc_tune
 from voice.access import origin_allowed, ws_credential_ok
 from voice.pipeline import build_pipeline
 from voice.transport import protocol
@@ -258,6 +259,8 @@ class BrowserSession:
             state.active_sessions.discard(self.session_id)
             state.client_slots.release(self.client_ip)
             state.metrics.session_closed()
+            if getattr(state.config, "malloc_arena_max", 0):
+                malloc_tune.trim_soon()  # the call's native buffers back to the OS
             await self.close(protocol.CLOSE_NORMAL, "bye")
 
     async def _handle(self, message: protocol.ClientMessage, transport: BrowserTransport) -> None:
