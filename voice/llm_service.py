@@ -151,6 +151,8 @@ class DiffusionLLMService(LLMService):
         await self.push_frame(LLMFullResponseStartFrame())
         await self.start_processing_metrics()
         finished = False
+        spoke = False  # any non-blank text pushed for this turn
+        reason = None
         usage: LLMTokenUsage | None = None
         try:
             await self.start_ttfb_metrics()
@@ -164,9 +166,11 @@ class DiffusionLLMService(LLMService):
                     await self.stop_ttfb_metrics()
                     first = False
                 if delta.text:
+                    spoke = spoke or bool(delta.text.strip())
                     await self._push_llm_text(delta.text)
                 if delta.finished:
                     finished = True
+                    reason = delta.finish_reason
                     usage = LLMTokenUsage(
                         prompt_tokens=delta.prompt_tokens,
                         completion_tokens=delta.completion_tokens,
@@ -176,6 +180,9 @@ class DiffusionLLMService(LLMService):
                         f"{self}: {request_id} finished ({delta.finish_reason}) "
                         f"{delta.completion_tokens} tokens in {time.perf_counter() - started:.3f}s"
                     )
+            if not spoke:  # a final transcript that gets no answer must never be silent
+                logger.warning(f"{self}: {request_id} produced no text to speak "
+                               f"(finish_reason={reason}); the caller hears nothing this turn")
         except EngineOverloaded as e:
             await self.push_error(error_msg=f"engine overloaded: {e}", exception=e)
             await self._push_llm_text(BUSY_REPLY)
