@@ -58,7 +58,9 @@ def render(merged: dict[str, Any]) -> str:
             out += [f"Command: `{run.get('command')}`  ", f"Finished: {run.get('finished')}  ",
                     f"Server: `{run.get('server_args')}` — {json.dumps(run.get('server'))}  ",
                     f"Server log: {json.dumps(run.get('server_log'))}  ",
-                    f"Machine: {json.dumps(run.get('machine'))}", ""]
+                    f"Machine: {json.dumps(run.get('machine'))}  ",
+                    f"Load average (1/5/15 min) during the run: "
+                    f"{json.dumps(run.get('load_average'))}", ""]
         out += ["| check | result | detail |", "|---|---|---|"]
         for c in result.get("checks", []):
             detail = str(c.get("detail", "")).replace("|", "\\|")[:400]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import secrets
 import time
@@ -113,6 +114,7 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
     server.extra_args += ["--public-url", server.base_url]
     out: dict[str, Any] = {"parts": {}, "scale": scale["name"],
                            "server_args": " ".join(server.extra_args)}
+    load = {"start": [round(x, 2) for x in os.getloadavg()]}
     with server:
         ctx = Ctx(server, prompts, token)
         info = await health(ctx)
@@ -121,8 +123,10 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
                                                   "max_sessions")}
         for name in parts:
             out["parts"][name] = await _part(name, ctx, scale)
+            load[f"after_{name}"] = [round(x, 2) for x in os.getloadavg()]
         log = server.log_path.read_text(errors="replace") if server.log_path else ""
     out["server_log"] = scan_log(log)
+    out["load_average"] = load  # 1/5/15-min load of this 2-core machine (other work included)
     return out
 
 
@@ -136,6 +140,7 @@ def write(results: dict[str, Any], out: Path, command: str, machine: dict) -> di
         merged.setdefault("runs", {})[name] = {
             "command": command, "server_args": results["server_args"],
             "server": results.get("server"), "server_log": results.get("server_log"),
+            "load_average": results.get("load_average"),
             "machine": machine, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
