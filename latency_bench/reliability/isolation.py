@@ -72,7 +72,10 @@ async def _abuse(ctx: Ctx, scale: dict, ip: str) -> dict[str, Any]:
             except OSError:
                 closes["connect_failed"] += 1
                 continue
-            await ws.send(protocol.SessionStart(config={}).encode())
+            try:  # a refused socket may be closed before this goes out; its error is still read
+                await ws.send(protocol.SessionStart(config={}).encode())
+            except ConnectionClosed:
+                pass
             try:
                 first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 20))
             except (ConnectionClosed, TimeoutError) as e:

@@ -73,9 +73,11 @@ async def _cancel_passes(ctx: Ctx, sid: str, flush_t: float) -> int | None:
     """Engine passes from the flush until this session has no request in flight (None: >2 s)."""
     info = await health(ctx)
     start = info["engine"].get("passes", 0)
+    # the requests this session had in flight when the flush was seen (the interrupted one);
+    # the barge-in's own answer starts later and is not waited for
+    interrupted = {r for r in info.get("engine_request_ids", []) if r.startswith(f"voice-{sid}-")}
     for _ in range(100):
-        ids = [r for r in info.get("engine_request_ids", []) if r.startswith(f"voice-{sid}-")]
-        if not ids:
+        if not interrupted & set(info.get("engine_request_ids", [])):
             return info["engine"].get("passes", 0) - start
         await asyncio.sleep(0.02)
         info = await health(ctx)
@@ -125,24 +127,28 @@ async def _storm_call(ctx: Ctx, rng: random.Random, cycles: int, out: dict) -> N
 
 
 def _audit(s: _Session) -> tuple[int, int, int]:
-    """(stale audio frames, duplicate latency turns, final transcripts with > 1 answer)."""
+    """(stale audio frames, duplicate latency turns, final transcripts with > 1 answer).
+
+    One answer = one `latency` event (the server sends exactly one per bot turn), so a final
+    transcript followed by two latency events before the next one was answered twice. (Counting
+    bot.started_speaking would not do: a starved TTS pauses between clauses, and the bot then
+    starts speaking twice within one answer.)"""
     stale, flushed = 0, False
-    starts_since_final, doubles = 0, 0
+    answers_since_final, doubles = 0, 0
     turns = Counter()
     for _, e in s.events:
         if isinstance(e, protocol.PlaybackFlush):
             flushed = True
         elif isinstance(e, protocol.Transcript) and e.final:
             flushed = False
-            doubles += starts_since_final > 1
-            starts_since_final = 0
-        elif isinstance(e, protocol.BotStartedSpeaking):
-            starts_since_final += 1
+            doubles += answers_since_final > 1
+            answers_since_final = 0
         elif isinstance(e, protocol.Latency):
             turns[e.turn] += 1
+            answers_since_final += 1
         elif e == "audio" and flushed:
             stale += 1
-    doubles += starts_since_final > 1
+    doubles += answers_since_final > 1
     return stale, sum(v - 1 for v in turns.values() if v > 1), doubles
 
 

@@ -46,6 +46,7 @@ from pipecat.frames.frames import (
     Frame,
     InterruptionFrame,
     OutputAudioRawFrame,
+    TTSStartedFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.serializers.twilio import TwilioFrameSerializer
@@ -204,6 +205,8 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
         await super().push_frame(frame, direction)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, TTSStartedFrame):
+            self.stale.started(frame)  # the next answer's audio follows this frame
         if isinstance(frame, InterruptionFrame):
             self.stale.interrupted()  # before pipecat pushes it on (and 'clear' goes out)
             self._tracker.interrupted(time.time())

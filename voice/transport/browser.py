@@ -25,6 +25,7 @@ from pipecat.frames.frames import (
     InterruptionFrame,
     OutputAudioRawFrame,
     StartFrame,
+    TTSStartedFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_input import BaseInputTransport
@@ -71,6 +72,8 @@ class BrowserOutputTransport(BaseOutputTransport):
     async def process_frame(self, frame, direction: FrameDirection) -> None:
         if isinstance(frame, InterruptionFrame):
             self.stale.interrupted()  # before pipecat pushes it on (and playback.flush goes out)
+        elif isinstance(frame, TTSStartedFrame):
+            self.stale.started(frame)  # the next answer's audio follows this frame
         await super().process_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):
             self._playout_end = 0.0  # the client flushes its queue

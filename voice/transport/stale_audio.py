@@ -1,15 +1,19 @@
-"""Drop bot audio that was produced before a barge-in but reaches the socket after it.
+"""Drop bot audio of an interrupted answer that reaches the socket after the barge-in.
 
-pipecat's output transport pushes an InterruptionFrame downstream *before* it drains its audio
-queue, and keeps writing the chunk already in flight (e.g. one waiting for the sound-card pacing
-sleep). So one or two chunks of the interrupted answer could go out after the client was told to
-flush (`playback.flush`, Twilio `clear`): stale audio the caller hears over their own barge-in.
+Two ways the interrupted answer could still be heard after the client was told to flush
+(`playback.flush`, Twilio `clear`):
+1. pipecat's output transport pushes the InterruptionFrame on *before* it drains its audio queue,
+   and keeps writing the chunk already in flight (e.g. one waiting for the pacing sleep);
+2. the TTS can still push audio of the interrupted answer after the InterruptionFrame passed it
+   (synthesis runs in a worker thread; seen under load in the barge-in storm).
 
-Contract: `StaleAudioGuard.interrupted()` is called when an InterruptionFrame reaches the output
-transport (before it is pushed on); `is_stale(frame)` is true for an interruptible audio frame
-created before the last interruption. Frame ids come from pipecat's global `obj_id()` counter,
-and the output transport creates its chunk frames when it queues them, so every chunk of the new
-answer has a larger id than the watermark and every chunk of the interrupted one a smaller id.
+Contract: the output transport calls `interrupted()` when an InterruptionFrame reaches it (before
+pushing it on) and `started(frame)` for each TTSStartedFrame (a new answer's audio follows it);
+`is_stale(chunk)` is true for an interruptible audio chunk that belongs to an interrupted
+answer: created before the last interruption, or after it but before the next answer's
+TTSStartedFrame reached the transport. Frame ids come from pipecat's global, increasing
+`obj_id()` counter; the output transport creates its chunk frames when it queues them, in frame
+order, so a chunk of the new answer always has a larger id than that answer's TTSStartedFrame.
 """
 
 from __future__ import annotations
@@ -19,13 +23,22 @@ from pipecat.utils.utils import obj_id
 
 class StaleAudioGuard:
     def __init__(self) -> None:
-        self._watermark = 0
+        self._watermark = 0  # chunks with a smaller id predate the last interruption
+        self._resumed_at: int | None = 0  # id of the first TTSStartedFrame after it (None: none)
         self.dropped = 0
 
     def interrupted(self) -> None:
         self._watermark = obj_id()
+        self._resumed_at = None
 
-    def is_stale(self, frame) -> bool:
-        stale = getattr(frame, "interruptible", True) and frame.id < self._watermark
+    def started(self, frame) -> None:
+        if self._resumed_at is None:
+            self._resumed_at = frame.id
+
+    def is_stale(self, chunk) -> bool:
+        if not getattr(chunk, "interruptible", True):
+            return False
+        stale = (chunk.id < self._watermark or self._resumed_at is None
+                 or chunk.id < self._resumed_at)
         self.dropped += stale
         return stale

@@ -1,7 +1,7 @@
 """Issue 12 (barge-in storm finding): audio of an interrupted answer that reaches the output
 transport after the interruption is dropped, audio of the next answer is not."""
 
-from pipecat.frames.frames import OutputAudioRawFrame
+from pipecat.frames.frames import OutputAudioRawFrame, TTSStartedFrame
 
 from voice.transport.browser import BrowserTransport
 
@@ -23,8 +23,12 @@ async def test_chunks_from_before_the_interruption_are_dropped():
     uninterruptible.interruptible = False
     assert await out.write_audio_frame(old_a) and len(sent) == 1
     out.stale.interrupted()  # what process_frame does first on an InterruptionFrame
-    new = _chunk()
+    late = _chunk()  # the TTS still pushed audio of the interrupted answer after it
     assert await out.write_audio_frame(old_b)  # reported written (so pipecat goes on) ...
-    assert len(sent) == 1 and out.stale.dropped == 1  # ... but never sent
+    assert await out.write_audio_frame(late)
+    assert len(sent) == 1 and out.stale.dropped == 2  # ... but never sent
     assert await out.write_audio_frame(uninterruptible) and len(sent) == 2
+    out.stale.started(TTSStartedFrame())  # the next answer begins
+    new = _chunk()
     assert await out.write_audio_frame(new) and len(sent) == 3
+    assert await out.write_audio_frame(_chunk()) and len(sent) == 4
