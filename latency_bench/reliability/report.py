@@ -48,6 +48,8 @@ def render(merged: dict[str, Any]) -> str:
     passed = [name for name in ORDER if name in parts and name not in failed]
     out += [f"**Summary:** passed: {', '.join(passed) or 'none'}; "
             f"failed: {', '.join(failed) or 'none'}.", ""]
+    if merged.get("notes"):
+        out += ["## What the figures say", "", merged["notes"].strip(), ""]
     for name in ORDER:
         if name not in parts:
             continue

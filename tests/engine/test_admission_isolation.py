@@ -35,17 +35,23 @@ def test_sampling_params_accept_the_whole_seed_range():
 
 
 async def test_a_request_failing_at_admission_fails_alone(engine, monkeypatch):
-    """A seed torch cannot take (forced past validation) fails only its own request; the
-    requests in the same pass finish normally."""
-    bad = SamplingParams(max_new_tokens=8, temperature=0.7, seed=5)
-    object.__setattr__(bad, "seed", 2**64)  # what used to reach manual_seed and kill the pass
+    """A request whose canvas cannot be laid out (what a seed torch cannot take used to do in
+    manual_seed) fails only itself; the requests admitted in the same pass finish normally."""
+    real_admit = engine.runner.admit
+
+    def admit(seq):
+        if seq.request_id == "bad":
+            raise RuntimeError("Overflow when unpacking long long")
+        real_admit(seq)
+
+    monkeypatch.setattr(engine.runner, "admit", admit)
     good = SamplingParams(max_new_tokens=8, ignore_eos=True)
 
-    async def run(params):
-        return [d async for d in engine.generate(HELLO, params)]
+    async def run(request_id):
+        return [d async for d in engine.generate(HELLO, good, request_id=request_id)]
 
     results = await asyncio.wait_for(
-        asyncio.gather(run(good), run(bad), run(good), return_exceptions=True), 60)
+        asyncio.gather(run("a"), run("bad"), run("b"), return_exceptions=True), 60)
     assert isinstance(results[1], ValueError) and "admission" in str(results[1])
     for deltas in (results[0], results[2]):
         assert not isinstance(deltas, BaseException), deltas
