@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from engine.decoding import resolve
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
@@ -44,6 +45,7 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    queue_s: float | None = None  # submit -> admitted to a slot (time spent queued)
 
 
 @dataclass
@@ -96,33 +98,40 @@ class Engine:
         return cls(loaded, config)
 
     # ------------------------------------------------------------------ caller side
-    def prepare(self, messages: list[dict], params: SamplingParams,
+    def prepare(self, messages: list[dict] | str, params: SamplingParams,
                 request_id: str | None = None) -> Sequence:
         """Validate and tokenize a request (raises ValueError naming the problem)."""
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
-        chars = sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
+        if isinstance(messages, str):
+            chars = len(messages)
+        else:
+            chars = sum(len(m.get("content") or "") if isinstance(m, dict) else 0
+                        for m in messages)
         if chars > self.config.max_prompt_chars:
             raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
                              f"{self.config.max_prompt_chars}")
-        prompt = self.tokenizer.encode_chat(messages)
+        # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
+        prompt = (self.tokenizer.encode(messages) if isinstance(messages, str)
+                  else self.tokenizer.encode_chat(messages))
         mc = self.model_config
+        params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         model_block = mc.block_size if mc.block_causal else 0
-        decode_block = params.block_size or (model_block or 32)
+        decode_block = params.block_size
         if model_block and model_block % decode_block:
             raise ValueError(f"block_size {decode_block} must divide the model's trained block "
                              f"{model_block} ({self.model_name} is block-causal)")
         seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
                        params, model_block, decode_block, int(mc.logit_shift),
-                       self.config.prefix_cache)
+                       self.config.prefix_cache and rules.prefix_cache, rules=rules)
         if seq.canvas_end > self.max_seq_len:
             raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
                              f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
         return seq
 
-    async def generate(self, messages: list[dict], params: SamplingParams | None = None,
+    async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None) -> AsyncIterator[Delta]:
         params = params or self.config.default_params
         # templating + tokenising a long prompt takes a while: never on the caller's event loop
@@ -272,7 +281,8 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit))
+            now - seq.t_submit,
+            seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)

@@ -54,6 +54,7 @@ class AppState:
     llm_overrides: dict[str, Any] = field(default_factory=dict)
     active_sessions: set[str] = field(default_factory=set)
     started_at: float = field(default_factory=time.time)
+    replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
     client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP
     session_tokens: Any = None  # voice.access.SessionTokens: short-lived /ws credentials
 
