@@ -119,6 +119,14 @@ class Engine:
             raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
         if kwargs and isinstance(messages, str):
             raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
+        if isinstance(messages, str):
+            chars = len(messages)
+        else:
+            chars = sum(len(m.get("content") or "") if isinstance(m, dict) else 0
+                        for m in messages)
+        if chars > self.config.max_prompt_chars:
+            raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
+                             f"{self.config.max_prompt_chars}")
         # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
         if params.tools and "tools" not in kwargs:  # templates with tool support (Qwen, Hermes)
             kwargs = {**kwargs, "tools": list(params.tools)}
@@ -156,7 +164,9 @@ class Engine:
                        request_id: str | None = None,
                        chat_template_kwargs: dict | None = None) -> AsyncIterator[Delta]:
         params = params or self.config.default_params
-        seq = self.prepare(messages, params, request_id, chat_template_kwargs)
+        # templating + tokenising a long prompt takes a while: never on the caller's event loop
+        seq = await asyncio.to_thread(self.prepare, messages, params, request_id,
+                                      chat_template_kwargs)
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:
@@ -189,6 +199,8 @@ class Engine:
     def stats(self) -> dict:
         with self._lock:
             return {"running": len(self.scheduler.running), "queued": len(self.scheduler.waiting),
+                    "callers": len(self._callers), "generators": len(self.runner.generators),
+                    "free_slots": len(self.scheduler.free_slots),
                     "last_batch_size": self.last_batch_size, "passes": self.total_passes,
                     "reused_prefix_tokens": self.scheduler.reused_tokens,
                     "max_running": self.config.max_running, "device": str(self.device),
@@ -222,11 +234,10 @@ class Engine:
                     self._abort_locked(rid)
                 self._aborts.clear()
                 rows, admitted = self.scheduler.schedule()
+            rows = self._admit_each(rows, admitted)
             if not rows:
                 continue
             try:
-                for seq in admitted:
-                    self.runner.admit(seq)
                 out = self.runner.step(rows)
             except Exception as exc:  # a failed pass fails its rows, never the engine
                 log.exception("denoising pass failed for %d rows", len(rows))
@@ -249,6 +260,26 @@ class Engine:
                 for seq in rows:
                     if seq.finish_reason is not None:
                         self.runner.release(seq)
+
+    def _admit_each(self, rows: list[Sequence], admitted: list[Sequence]) -> list[Sequence]:
+        """Lay out each newly admitted request on its own: one that fails to admit (a bad seed,
+        a canvas that does not fit) fails alone and leaves the pass; the others go on."""
+        failed = []
+        for seq in admitted:
+            try:
+                self.runner.admit(seq)
+            except Exception as exc:
+                log.warning("admitting %s failed: %r", seq.request_id, exc)
+                failed.append((seq, exc))
+        if not failed:
+            return rows
+        with self._lock:
+            for seq, exc in failed:
+                self.runner.release(seq)
+                self.scheduler.stop(seq, "error")
+                self._deliver(seq.request_id, ValueError(f"request refused at admission: {exc}"))
+        bad = {id(seq) for seq, _ in failed}
+        return [seq for seq in rows if id(seq) not in bad]
 
     def _abort_locked(self, request_id: str) -> None:
         seq = self.scheduler.abort(request_id)

@@ -11,6 +11,16 @@ from dataclasses import dataclass, field
 POLICIES = ("low_confidence", "threshold", "entropy", "sdar_static", "sdar_dynamic",
             "threshold_ge", "dream_topk", "dream_entropy")
 DECODINGS = ("reference", "fast")
+MAX_SEED = 2**63  # torch.Generator.manual_seed takes a signed 64-bit value
+
+
+def _short(value: object, limit: int = 40) -> str:
+    """repr() of a field value, cut to `limit` chars (a huge int must not flood the message)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print (sys.int_info.str_digits_check_threshold)
+        return f"<{type(value).__name__} too long to print>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -73,8 +83,10 @@ class SamplingParams:
                 f"block_size must be a positive integer or None, got {self.block_size!r}")
         if self.temperature < 0.0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not 0 <= self.seed < MAX_SEED):
+            raise ValueError(f"seed must be an integer in [0, 2**63) or None, got "
+                             f"{_short(self.seed)}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         if not all(isinstance(s, str) and s for s in self.stop):
@@ -102,6 +114,8 @@ class EngineConfig:
     enforce_eager: never capture CUDA graphs (always true on CPU).
     static_shapes: pad decode-only passes to the graph buckets even without CUDA graphs (what the
                   graph path does, runnable on CPU; a testing aid).
+    max_prompt_chars: total characters of message text one request may carry; longer prompts are
+                  refused (ValueError) before the chat template or tokenizer touch them.
     """
 
     device: str = "auto"
@@ -115,6 +129,8 @@ class EngineConfig:
     static_shapes: bool = False
     kernels: str = "auto"
     default_params: SamplingParams = field(default_factory=SamplingParams)
+    # characters of message text a request may carry, checked before templating/tokenising
+    max_prompt_chars: int = 65536
 
     def __post_init__(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -127,5 +143,7 @@ class EngineConfig:
             raise ValueError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
         if self.kernels not in ("auto", "triton", "torch"):
             raise ValueError(f"kernels must be auto/triton/torch, got {self.kernels!r}")
+        if not isinstance(self.max_prompt_chars, int) or self.max_prompt_chars < 1:
+            raise ValueError(f"max_prompt_chars must be >= 1, got {self.max_prompt_chars!r}")
         if not self.batch_buckets or list(self.batch_buckets) != sorted(set(self.batch_buckets)):
             raise ValueError(f"batch_buckets must be strictly increasing, got {self.batch_buckets}")

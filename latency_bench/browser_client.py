@@ -36,6 +36,7 @@ from latency_bench.config import BenchConfig
 from latency_bench.corpus import SAMPLE_RATE, Prompt
 from latency_bench.pacer import Pacer
 from latency_bench.playout import Playout
+from latency_bench.source_addr import connect_kwargs
 from latency_bench.turns import TurnResult
 from voice.transport import protocol
 
@@ -170,7 +171,7 @@ async def run_browser_session(config: BenchConfig, url: str, session: int,
     reader: asyncio.Task | None = None
     try:
         async with connect(url, open_timeout=config.connect_timeout_s, max_size=2**22,
-                           ping_interval=None) as ws:
+                           ping_interval=None, **connect_kwargs()) as ws:
             overrides = {} if config.stop_secs is None else {"stop_secs": config.stop_secs}
             await ws.send(protocol.SessionStart(config=overrides).encode())
             first = await asyncio.wait_for(ws.recv(), config.connect_timeout_s)

@@ -6,6 +6,7 @@ Contract (the CLI registry in engine/cli.py maps "bench" to this module):
             without --url it starts `diffvoice serve` on a free loopback port itself
     engine  delegated to latency_bench.engine_bench (add_arguments / run), same report format
     render  re-write the .md/.png/.html of an existing report JSON (e.g. after adding --notes)
+    reliability  the reliability harness (latency_bench.reliability.cli): --short / --full
 - `run(args) -> int`: 0 on success; 1 if nothing could be measured; 2 for bad arguments.
 Outputs go next to --out (see latency_bench.outputs). Progress goes to stderr (tqdm).
 """
@@ -97,7 +98,7 @@ def _add_voice_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", required=True,
-                                metavar="{voice,engine,render}")
+                                metavar="{voice,engine,render,reliability}")
     voice = sub.add_parser("voice", help="end-to-end voice latency through a real server",
                            description="Simulated callers speak espeak-ng prompts in real time; "
                            "per-stage latency percentiles over a concurrency sweep.")
@@ -110,6 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         engine.set_defaults(engine_missing=True)
     else:
         engine_bench.add_arguments(engine)
+    from latency_bench.reliability import cli as reliability_cli
+
+    reliability_cli.add_arguments(sub.add_parser(
+        "reliability", help="fuzz / isolation / soak / barge-in storm / admission / memory "
+                            "checks through a real server (docs/reliability.md)"))
     render = sub.add_parser("render", help="re-write .md/.png/.html from a report JSON")
     render.add_argument("report", type=Path, help="report JSON (schema diffvoice.latency/1)")
     render.add_argument("--notes", type=Path, default=None,
@@ -230,6 +236,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_voice(args)
     if args.bench_command == "render":
         return _run_render(args)
+    if args.bench_command == "reliability":
+        from latency_bench.reliability import cli as reliability_cli
+
+        return reliability_cli.run(args)
     if getattr(args, "engine_missing", False):
         print("diffvoice bench engine: latency_bench.engine_bench is not installed",
               file=sys.stderr)

@@ -47,6 +47,7 @@ from latency_bench.config import BenchConfig
 from latency_bench.corpus import SAMPLE_RATE, Prompt
 from latency_bench.pacer import Pacer
 from latency_bench.playout import Playout
+from latency_bench.source_addr import connect_kwargs
 from latency_bench.turns import TurnResult
 
 PHONE_RATE = 8000
@@ -231,7 +232,7 @@ async def run_twilio_session(config: BenchConfig, url: str, session: int,
             stream_url, params = await asyncio.to_thread(_post_webhook, config, url, call_sid)
         info["stream_url"] = stream_url
         async with connect(stream_url, open_timeout=config.connect_timeout_s, max_size=2**22,
-                           ping_interval=None) as ws:
+                           ping_interval=None, **connect_kwargs()) as ws:
             call = _Call(ws, config.energy_threshold_db)
             await call.send("connected", protocol="Call", version="1.0.0")
             await call.send("start", start={

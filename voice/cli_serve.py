@@ -111,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from voice import malloc_tune
+
+    if config.malloc_arena_max:
+        malloc_tune.limit_arenas(config.malloc_arena_max)
     try:
         state = load_state(config)
     except StartupError as e:

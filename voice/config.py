@@ -156,12 +156,55 @@ class ServeConfig:
         ),
     )
 
+    # --- limits that keep one client from hurting the others (issue 12) ---
+    idle_timeout_s: float = field(
+        default=30.0,
+        metadata=_help("close a call after this many seconds without caller audio (idle_timeout)"),
+    )
+    max_call_s: float = field(
+        default=3600.0, metadata=_help("close a call after this many seconds (max_duration)")
+    )
+    max_sessions_per_ip: int = field(
+        default=8, metadata=_help("concurrent /ws sessions one client IP may hold; more get 1013")
+    )
+    handshake_timeout_s: float = field(
+        default=10.0,
+        metadata=_help(
+            "seconds a new /ws or Twilio stream socket may take to send its first message "
+            "(/ws) or 'start' (Twilio) before it is closed"
+        ),
+    )
+    max_body_bytes: int = field(
+        default=1 << 20, metadata=_help("largest HTTP request body (e.g. /v1); larger get 413")
+    )
+    max_form_bytes: int = field(
+        default=64 << 10, metadata=_help("largest Twilio webhook form body; larger get 413")
+    )
+    allowed_origins: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "comma-separated extra Origins allowed to open /ws (the page's own origin and "
+            "http(s)://localhost / 127.0.0.1 / [::1] on any port are always allowed; '*' allows "
+            "any)"
+        ),
+    )
+    malloc_arena_max: int = field(
+        default=4,
+        metadata=_help("glibc malloc arenas (MALLOC_ARENA_MAX); freed memory is also trimmed "
+                       "back to the OS when calls end. 0 leaves glibc's defaults"),
+    )
+    public_metrics: bool = field(
+        default=False,
+        metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
+    )
+
     def __post_init__(self) -> None:
         if self.receptionist_tools not in RECEPTIONIST_TOOLS:
             raise ValueError(
                 f"receptionist_tools must be one of {RECEPTIONIST_TOOLS}, got "
                 f"{self.receptionist_tools!r}"
             )
+        self._check_limits()
         if not self.host:
             raise ValueError("host must not be empty")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -207,6 +250,27 @@ class ServeConfig:
         if self.served_model_name is not None and not _split_csv(self.served_model_name):
             raise ValueError("served_model_name must name at least one model, got "
                              f"{self.served_model_name!r}")
+
+    def _check_limits(self) -> None:
+        for name in ("idle_timeout_s", "max_call_s", "handshake_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if isinstance(self.malloc_arena_max, bool) or not isinstance(self.malloc_arena_max, int) \
+                or self.malloc_arena_max < 0:
+            raise ValueError(f"malloc_arena_max must be an integer >= 0, got "
+                             f"{self.malloc_arena_max!r}")
+        for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.allowed_origins, str):
+            object.__setattr__(self, "allowed_origins", _split_csv(self.allowed_origins))
+        for origin in self.allowed_origins:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"allowed_origins entries must be '*' or start with http(s)://, got {origin!r}"
+                )
 
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)

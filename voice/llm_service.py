@@ -198,6 +198,8 @@ class DiffusionLLMService(LLMService):
         await self.push_frame(LLMFullResponseStartFrame())
         await self.start_processing_metrics()
         finished = False
+        spoke = False  # any non-blank text pushed for this turn
+        reason = None
         usage: LLMTokenUsage | None = None
         try:
             await self.start_ttfb_metrics()
@@ -211,11 +213,13 @@ class DiffusionLLMService(LLMService):
                     await self.stop_ttfb_metrics()
                     first = False
                 if delta.text:
+                    spoke = spoke or bool(delta.text.strip())
                     await self._push_llm_text(delta.text)
                 if getattr(delta, "tool_call", None) is not None:
                     call = delta.tool_call
                 if delta.finished:
                     finished = True
+                    reason = delta.finish_reason
                     usage = LLMTokenUsage(
                         prompt_tokens=delta.prompt_tokens,
                         completion_tokens=delta.completion_tokens,
@@ -229,6 +233,9 @@ class DiffusionLLMService(LLMService):
                 await self.run_function_calls([FunctionCallFromLLM(
                     context=context, tool_call_id=f"call_{uuid.uuid4().hex[:24]}",
                     function_name=call["name"], arguments=json.loads(call["arguments"]))])
+            elif not spoke:  # a final transcript that gets no answer must never be silent
+                logger.warning(f"{self}: {request_id} produced no text to speak "
+                               f"(finish_reason={reason}); the caller hears nothing this turn")
         except EngineOverloaded as e:
             await self.push_error(error_msg=f"engine overloaded: {e}", exception=e)
             await self._push_llm_text(BUSY_REPLY)

@@ -34,6 +34,13 @@ without the `_ms` suffix; the /v1 API's request metrics are voice/openai_api/met
     diffvoice_engine_passes_total             counter (engine.stats()["passes"])
     diffvoice_engine_steps_total              counter (engine.stats()["steps"])
     diffvoice_engine_up                       gauge: 1 if the last stats() call worked, else 0
+    diffvoice_engine_callers / _generators / _free_slots   gauges (leak checks: requests with a
+                                              caller, sampling generators, free KV slots)
+    diffvoice_event_loop_tasks                gauge: asyncio tasks on the server loop
+    diffvoice_client_slots_held               gauge: per-IP /ws slots held
+    diffvoice_active_session_ids              gauge: sessions registered in AppState
+    process_resident_memory_bytes, process_open_fds, ...   prometheus_client's ProcessCollector
+    (the three server gauges are refreshed by `observe_server(state)`, which GET /metrics calls)
     (an engine field missing from stats() is simply not exported)
 
 A record is the per-turn dict of the latency contract: `<stage>_ms` fields in milliseconds
@@ -43,13 +50,21 @@ sockets or FastAPI.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
@@ -76,6 +91,10 @@ _ENGINE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("passes", "diffvoice_engine_passes", "Denoising forward passes the engine has run",
      "counter"),
     ("steps", "diffvoice_engine_steps", "Decoding steps the engine has run", "counter"),
+    ("callers", "diffvoice_engine_callers", "Engine requests with a caller still attached",
+     "gauge"),
+    ("generators", "diffvoice_engine_generators", "Per-slot sampling generators held", "gauge"),
+    ("free_slots", "diffvoice_engine_free_slots", "Engine slots free now", "gauge"),
 )
 
 
@@ -135,6 +154,15 @@ class VoiceMetrics:
                                registry=self.registry)
         for stage in STAGES:   # export every stage from the start, even before the first turn
             self._stage_seconds.labels(stage=stage)
+        self._tasks = Gauge("diffvoice_event_loop_tasks",
+                            "asyncio tasks alive on the server event loop",
+                            registry=self.registry)
+        self._client_slots = Gauge("diffvoice_client_slots_held",
+                                   "Per-IP /ws session slots held", registry=self.registry)
+        self._session_ids = Gauge("diffvoice_active_session_ids",
+                                  "Session ids registered as active (browser + Twilio)",
+                                  registry=self.registry)
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, _open_fds
         self._lock = threading.Lock()
         self._open_sessions = 0
         self._engine_collector = _EngineCollector()
@@ -167,6 +195,19 @@ class VoiceMetrics:
 
     def observe_error(self, code: str) -> None:
         self._errors.labels(code=str(code)).inc()
+
+    def observe_server(self, state: Any) -> None:
+        """Refresh the leak gauges from the server (call on the event loop, before render)."""
+        try:
+            self._tasks.set(len(asyncio.all_tasks()))
+        except RuntimeError:  # no running loop (a test calling render directly)
+            pass
+        slots = getattr(state, "client_slots", None)
+        if slots is not None:
+            self._client_slots.set(slots.held())
+        sessions = getattr(state, "active_sessions", None)
+        if sessions is not None:
+            self._session_ids.set(len(sessions))
 
     def bind_engine(self, engine: Any) -> None:
         self._engine_collector.engine = engine

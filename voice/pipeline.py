@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from loguru import logger
-from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -59,6 +58,7 @@ from voice.frame_tap import FrameTap
 from voice.llm_service import DiffusionLLMService
 from voice.transport import protocol
 from voice.turn_tracker import TurnTracker
+from voice.vad import make_vad
 
 OnLatency = Callable[[dict], None]
 OnEvent = Callable[[protocol.Event], Awaitable[None]]
@@ -108,7 +108,7 @@ def build_pipeline(
     )
 
     stt = state.asr.make_service()
-    vad = SileroVADAnalyzer(params=VADParams(stop_secs=stop_secs))
+    vad = make_vad(VADParams(stop_secs=stop_secs))  # one shared ONNX session (voice.vad)
     receptionist = getattr(state, "receptionist", None)
     context = (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
                else LLMContext(messages=[]))

@@ -2,13 +2,20 @@
 
 Routes:
   GET  /healthz   JSON: status, model, asr, tts, active sessions, engine stats, warnings
-  GET  /metrics   Prometheus text (voice.metrics.VoiceMetrics.render)
+                  (with --api-keys and without a bearer key: only {"status": "ok"})
+  GET  /metrics   Prometheus text (voice.metrics.VoiceMetrics.render); with --api-keys it needs
+                  a bearer key unless --public-metrics
+  POST /session-token  {"token", "expires_at", "expires_in"}: a short-lived /ws credential
+                  (bearer key required when --api-keys is set; voice.access.SessionTokens)
   WS   /ws        one browser call per connection (transport.ws_session; docs/protocol.md)
   GET  /...       the static page in `config.web_dir` (index.html at /)
 
 With `config.api_only` only /healthz and /metrics are served (callers mount the OpenAI router).
 The static mount is appended when the app starts (lifespan), after every router a caller added
 with `app.include_router(...)` — a catch-all "/" mount added earlier would shadow them.
+
+Every HTTP request body is capped (voice.body_limit: `max_body_bytes`, `max_form_bytes` under
+/telephony/; 413 past it). With --api-keys, /docs and /openapi.json are not served.
 
 The app does not own the engine: whoever built `state` closes it. Knows nothing about pipecat
 beyond handing sockets to voice.transport.ws_session.
@@ -19,12 +26,14 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from loguru import logger
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from voice.access import bearer_token, key_matches
+from voice.body_limit import BodyLimitMiddleware
 from voice.state import AppState
 
 
@@ -33,6 +42,24 @@ def _engine_stats(state: AppState) -> dict:
         return dict(state.engine.stats()) if state.engine is not None else {}
     except Exception as e:
         return {"error": repr(e)}
+
+
+def _request_ids(state: AppState) -> list[str]:
+    """Engine requests in flight (ids name their session: voice-<session_id>-<n>); lets a test
+    harness see that an interrupted or closed call's request is gone."""
+    try:
+        return sorted(state.engine.active_request_ids()) if state.engine is not None else []
+    except Exception:
+        return []
+
+
+def _task_names() -> dict[str, int]:
+    """asyncio tasks alive, by coroutine name (leak hunting: what outlived its session?)."""
+    import asyncio
+    from collections import Counter
+
+    names = Counter(getattr(t.get_coro(), "__qualname__", "?") for t in asyncio.all_tasks())
+    return dict(names.most_common(15))
 
 
 def create_app(state: AppState) -> FastAPI:
@@ -51,11 +78,37 @@ def create_app(state: AppState) -> FastAPI:
                 logger.warning(f"no {web_dir}/index.html: the browser page is not served")
         yield
 
-    app = FastAPI(title="diffvoice", lifespan=lifespan)
+    locked = bool(getattr(config, "api_keys", ())) and not getattr(config, "public_metrics", False)
+    docs = {} if not getattr(config, "api_keys", ()) else {
+        "docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="diffvoice", lifespan=lifespan, **docs)
     app.state.diffvoice = state
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=getattr(config, "max_body_bytes", 1 << 20),
+        path_limits={"/telephony/": getattr(config, "max_form_bytes", 64 << 10)},
+    )
+
+    def has_key(request: Request) -> bool:
+        token = bearer_token(request.headers)
+        return token is not None and key_matches(token, tuple(config.api_keys))
+
+    @app.post("/session-token")
+    async def session_token(request: Request) -> JSONResponse:
+        """A short-lived /ws credential for pages (`/ws?token=...`); needs a bearer API key."""
+        if config.api_keys and not has_key(request):
+            return JSONResponse({"error": {"message": "Missing or invalid bearer API key.",
+                                           "type": "invalid_request_error", "param": None,
+                                           "code": "invalid_api_key"}},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        token, expires_at = state.session_tokens.issue()
+        return JSONResponse({"token": token, "expires_at": expires_at,
+                             "expires_in": state.session_tokens.ttl_s})
 
     @app.get("/healthz")
-    async def healthz() -> JSONResponse:
+    async def healthz(request: Request) -> JSONResponse:
+        if locked and not has_key(request):
+            return JSONResponse({"status": "ok"})  # liveness only; details need a key
         return JSONResponse(
             {
                 "status": "ok",
@@ -67,6 +120,8 @@ def create_app(state: AppState) -> FastAPI:
                 "active_sessions": len(state.active_sessions),
                 "max_sessions": config.max_sessions,
                 "engine": _engine_stats(state),
+                "engine_request_ids": _request_ids(state),
+                "event_loop_tasks": _task_names(),
                 "warnings": state.warnings,
                 "replica": state.replica_id,
                 # what this server runs on, so a load generator elsewhere (bench --url) can
@@ -76,7 +131,11 @@ def create_app(state: AppState) -> FastAPI:
         )
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if locked and not has_key(request):
+            return Response("metrics need 'Authorization: Bearer <API key>'\n", status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"}, media_type="text/plain")
+        state.metrics.observe_server(state)
         body, content_type = state.metrics.render()
         return Response(content=body, media_type=content_type)
 

@@ -10,6 +10,8 @@
     state.latency_log # JSON-lines writer or None
     state.llm_overrides  # extra SamplingParams fields for voice answers (e.g. {"policy": ...})
     state.receptionist   # ReceptionistTools (appointment book) for voice calls, or None
+    state.client_slots   # voice.call_limits.ClientSlots (per-IP /ws session cap)
+    state.session_tokens # voice.access.SessionTokens (what POST /session-token hands out)
 
 With `config.api_only` no ASR/TTS is loaded (asr/tts are None). Knows nothing about FastAPI.
 """
@@ -55,6 +57,17 @@ class AppState:
     receptionist: Any = None  # voice.receptionist.tools.ReceptionistTools (appointment book)
     started_at: float = field(default_factory=time.time)
     replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
+    client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP
+    session_tokens: Any = None  # voice.access.SessionTokens: short-lived /ws credentials
+
+    def __post_init__(self) -> None:
+        from voice.access import SessionTokens
+        from voice.call_limits import ClientSlots
+
+        if self.client_slots is None:
+            self.client_slots = ClientSlots(getattr(self.config, "max_sessions_per_ip", 8))
+        if self.session_tokens is None:
+            self.session_tokens = SessionTokens()
 
     @classmethod
     def create(

@@ -2,7 +2,8 @@
  * WebSocket client for the diffvoice browser protocol (docs/protocol.md, voice/protocol.py).
  *
  * Contract:
- *  - sessionUrl(location) -> "ws(s)://<same host>/ws" (wss when the page is https).
+ *  - sessionUrl(location) -> "ws(s)://<same host>/ws" (wss when the page is https), plus
+ *    "?token=..." when the page's own URL carries one (servers started with --api-keys).
  *  - const s = new Session(url, { onEvent, onAudio, onClose });
  *    const started = await s.start(config)   // resolves with the session.started event
  *    Sends {"type":"session.start","config":...} first, before any audio, as the protocol
@@ -31,7 +32,10 @@ export class SessionError extends Error {
 
 export function sessionUrl(loc) {
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${loc.host}/ws`;
+  // With --api-keys the server wants a credential; a page opened as /?token=<session token>
+  // (from POST /session-token) passes it on, since browsers cannot set WebSocket headers.
+  const token = new URLSearchParams(loc.search || "").get("token");
+  return `${scheme}//${loc.host}/ws` + (token ? `?token=${encodeURIComponent(token)}` : "");
 }
 
 /** What a close code means to the person using the page. */

@@ -133,3 +133,30 @@ async def test_overloaded_engine_gets_a_spoken_apology(tmp_path):
         await hog.aclose()
     finally:
         engine.close()
+
+
+async def test_an_answer_with_nothing_to_speak_is_logged():
+    """Issue 12, problem 8: a final transcript whose answer has no text must leave a log line
+    (under fuzz load 4 of 34 calls got a transcript, no answer, and nothing was logged)."""
+    from loguru import logger
+
+    class _SilentEngine:
+        model_name = "silent"
+
+        async def generate(self, messages, params, request_id=None):
+            from engine import Delta
+
+            yield Delta(request_id, "", [2], True, "stop", 5, 1)
+
+        def abort(self, request_id):
+            pass
+
+    seen = []
+    sink = logger.add(lambda m: seen.append(str(m)), level="WARNING")
+    try:
+        llm = DiffusionLLMService(_SilentEngine(), system_prompt=SYSTEM)
+        await run_test(llm, frames_to_send=[LLMContextFrame(LLMContext(messages=list(USER)))])
+    finally:
+        logger.remove(sink)
+    assert any("produced no text to speak" in line and "finish_reason=stop" in line
+               for line in seen), seen

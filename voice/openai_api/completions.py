@@ -16,7 +16,6 @@ Request parsing lives in completion_request.py; knows nothing about the voice pi
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -27,6 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from engine import EngineOverloaded
+from voice.json_input import JSONInputError, loads_untrusted
 from voice.openai_api.completion_request import CompletionRequest, parse_completion_request
 from voice.openai_api.metrics import ApiMetrics
 from voice.openai_api.request import OpenAIError
@@ -44,9 +44,9 @@ def add_completions_route(router: APIRouter, state: Any, *,
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         r._check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        try:  # huge ints, deep nesting and lone surrogates are client mistakes too: 400
+            body = loads_untrusted(await request.body())
+        except JSONInputError as exc:
             raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
                               code="invalid_json") from exc
         req = parse_completion_request(body, model_ids=model_ids(),

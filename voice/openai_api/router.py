@@ -36,6 +36,7 @@ from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
 from engine import EngineOverloaded, SamplingParams
+from voice.json_input import JSONInputError, loads_untrusted
 from voice.openai_api.metrics import ApiMetrics, api_metrics_for
 from voice.openai_api.request import (
     ChatRequest,
@@ -224,9 +225,9 @@ def make_router(state: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         authorize(request)
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        try:  # huge ints, deep nesting and lone surrogates are client mistakes too: 400
+            body = loads_untrusted(await request.body())
+        except JSONInputError as exc:
             raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
                               code="invalid_json") from exc
         chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))

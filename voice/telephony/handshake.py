@@ -19,8 +19,9 @@ This module knows nothing about pipecat, FastAPI or signatures.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+from voice.json_input import JSONInputError, loads_untrusted
 
 CLOSE_UNSUPPORTED = 1003
 CLOSE_INVALID_PAYLOAD = 1007
@@ -66,9 +67,9 @@ def _decode(message: str | bytes) -> dict:
     if isinstance(message, bytes):
         raise HandshakeError(CLOSE_INVALID_PAYLOAD, "expected a JSON text message, got binary")
     try:
-        obj = json.loads(message)
-    except (json.JSONDecodeError, RecursionError):
-        raise HandshakeError(CLOSE_INVALID_PAYLOAD, "message is not valid JSON") from None
+        obj = loads_untrusted(message)
+    except JSONInputError as e:  # not JSON, huge ints, deep nesting, lone surrogates
+        raise HandshakeError(CLOSE_INVALID_PAYLOAD, f"message is not valid JSON: {e}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
         raise HandshakeError(CLOSE_INVALID_PAYLOAD, "message is not an object with an 'event'")
     return obj

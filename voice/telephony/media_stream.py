@@ -9,7 +9,12 @@ drops on the floor:
 - ``mark`` echoes go to the call's :class:`~voice.telephony.playout.PlayoutTracker`;
 - ``stop`` calls ``on_stop`` once (the caller hung up or the stream ended) and disables pipecat's
   REST hang-up for that call, since there is nothing left to hang up;
-- a repeated ``connected``/``start`` and unknown events are ignored (logged at debug).
+- a repeated ``connected``/``start`` and unknown events are ignored (logged at debug);
+- a malformed message (not usable JSON, not an object, ``media`` not an object, a payload that
+  is not base64, ``dtmf`` not an object) is skipped and logged, never ending the call by
+  itself; the count is in ``malformed`` and past ``MAX_MALFORMED`` ``on_malformed_limit`` is
+  called once (the router then closes that call with 1007 "malformed_messages");
+- every valid ``media`` message calls ``on_media`` (the router's idle watchdog).
 
 Pipecat's auto hang-up (REST ``Status=completed`` when the pipeline ends on our side) is only
 enabled when account SID, call SID and auth token are all known; otherwise it is off, because
@@ -26,6 +31,8 @@ No FastAPI routing, signature checks or latency logging here.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import time
@@ -39,6 +46,7 @@ from pipecat.frames.frames import (
     Frame,
     InterruptionFrame,
     OutputAudioRawFrame,
+    TTSStartedFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.serializers.twilio import TwilioFrameSerializer
@@ -48,11 +56,15 @@ from pipecat.transports.websocket.fastapi import (
     FastAPIWebsocketTransport,
 )
 
+from voice.json_input import JSONInputError, loads_untrusted
 from voice.telephony.playout import PlayoutTracker
+from voice.transport.stale_audio import StaleAudioGuard
 
 logger = logging.getLogger(__name__)
 
 TWILIO_SAMPLE_RATE = 8000
+MAX_MALFORMED = 50  # malformed messages one call may send before it is closed (1007)
+MAX_MEDIA_PAYLOAD_CHARS = 64 * 1024  # base64; Twilio sends 20 ms = 160 bytes = 216 chars
 
 
 class CallSerializer(TwilioFrameSerializer):
@@ -86,6 +98,10 @@ class CallSerializer(TwilioFrameSerializer):
         self.stopped = False
         self._tracker = tracker
         self._on_stop = on_stop
+        self.on_media: Callable[[], None] | None = None  # every valid media message
+        self.on_malformed_limit: Callable[[], None] | None = None  # once, past MAX_MALFORMED
+        self.malformed = 0
+        self.malformed_limit_hit = False
 
     async def serialize(self, frame: Frame) -> str | bytes | None:
         if self.stopped and isinstance(frame, (EndFrame, CancelFrame)):
@@ -93,15 +109,55 @@ class CallSerializer(TwilioFrameSerializer):
             return None
         return await super().serialize(frame)
 
+    def _malformed(self, why: str) -> None:
+        """Skip one bad message: log it (the first few, then every 100th), count it, and past
+        MAX_MALFORMED tell the call (on_malformed_limit) so it can close with a reason."""
+        self.malformed += 1
+        if self.malformed <= 5 or self.malformed % 100 == 0:
+            logger.warning("twilio %s: ignoring a malformed message #%d: %s", self.call_sid,
+                           self.malformed, why)
+        if self.malformed > MAX_MALFORMED and not self.malformed_limit_hit:
+            self.malformed_limit_hit = True
+            if self.on_malformed_limit is not None:
+                self.on_malformed_limit()
+
+    def _check(self, message) -> str | None:
+        """Why a decoded message cannot be used, or None."""
+        if not isinstance(message, dict):
+            return f"a JSON {type(message).__name__}, not an object"
+        event = message.get("event")
+        if not isinstance(event, str):
+            return "no string 'event'"
+        if event == "media":
+            media = message.get("media")
+            if not isinstance(media, dict):
+                return "'media' is not an object"
+            payload = media.get("payload")
+            if not isinstance(payload, str) or len(payload) > MAX_MEDIA_PAYLOAD_CHARS:
+                return f"'media.payload' is not a string of <= {MAX_MEDIA_PAYLOAD_CHARS} chars"
+            try:
+                base64.b64decode(payload, validate=True)
+            except (binascii.Error, ValueError):
+                return "'media.payload' is not base64"
+        elif event == "dtmf" and not isinstance(message.get("dtmf"), dict):
+            return "'dtmf' is not an object"
+        return None
+
     async def deserialize(self, data: str | bytes) -> Frame | None:
         now = time.time()
         self._tracker.expire(now)
         try:
-            message = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            logger.warning("twilio %s: ignoring a non-JSON message", self.call_sid)
+            message = loads_untrusted(data)
+        except JSONInputError as e:  # not JSON, huge ints, deep nesting, lone surrogates
+            self._malformed(str(e))
             return None
-        event = message.get("event") if isinstance(message, dict) else None
+        problem = self._check(message)
+        if problem is not None:
+            self._malformed(problem)
+            return None
+        event = message.get("event")
+        if event == "media" and self.on_media is not None:
+            self.on_media()
         if event == "mark":
             mark = message.get("mark")
             name = mark.get("name") if isinstance(mark, dict) else None
@@ -132,6 +188,7 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
         self._tracker = tracker
         self._first_chunk_pending = False
         self._run_open = False
+        self.stale = StaleAudioGuard()
 
     async def _send_mark(self, name: str) -> None:
         message = {"event": "mark", "streamSid": self._stream_sid, "mark": {"name": name}}
@@ -148,13 +205,18 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
         await super().push_frame(frame, direction)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, TTSStartedFrame):
+            self.stale.started(frame)  # the next answer's audio follows this frame
         if isinstance(frame, InterruptionFrame):
+            self.stale.interrupted()  # before pipecat pushes it on (and 'clear' goes out)
             self._tracker.interrupted(time.time())
             self._run_open = False
             self._first_chunk_pending = False
         await super().process_frame(frame, direction)
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        if self.stale.is_stale(frame):
+            return True  # the interrupted answer: never sent after Twilio's 'clear'
         pending = self._first_chunk_pending
         self._first_chunk_pending = False
         write_t = time.time()

@@ -24,6 +24,13 @@ heard the answer, is appended to the JSON-lines latency log as ``{"type": "telep
 ...}`` (the plain record was already written by the pipeline). ``calls`` (an
 :class:`ActiveCalls`) lets tests and the server see calls in progress.
 
+Limits (ServeConfig, shared with /ws): no ``start`` within ``handshake_timeout_s`` -> close 1008;
+no ``media`` for ``idle_timeout_s`` -> close 1008 "idle_timeout"; a call ``max_call_s`` old ->
+close 1008 "max_duration"; more than ``MAX_MALFORMED`` malformed messages after ``start`` -> close
+1007 "malformed_messages" (a single malformed one is logged and skipped, see media_stream). A
+webhook whose parameters do not fit TwiML (a CallSid/From over 500 characters) gets 400; webhook
+bodies are capped by voice.body_limit before they are read (413).
+
 With ``twilio_validate`` off, no signature or token is checked (local testing only; a loud
 warning is logged when the router is made).
 """
@@ -31,6 +38,7 @@ warning is logged when the router is made).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -43,6 +51,8 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
+from voice import malloc_tune
+from voice.call_limits import CallWatchdog
 from voice.telephony import signature, twiml
 from voice.telephony.config import (
     STATUS_PATH,
@@ -51,7 +61,13 @@ from voice.telephony.config import (
     TelephonyConfig,
     startup_warnings,
 )
-from voice.telephony.handshake import CLOSE_POLICY, HandshakeError, StreamHandshake, StreamStart
+from voice.telephony.handshake import (
+    CLOSE_INVALID_PAYLOAD,
+    CLOSE_POLICY,
+    HandshakeError,
+    StreamHandshake,
+    StreamStart,
+)
 from voice.telephony.media_stream import (
     TWILIO_SAMPLE_RATE,
     CallSerializer,
@@ -188,6 +204,7 @@ def make_router(
 ) -> APIRouter:
     """See the module docstring. ``build_pipeline`` defaults to voice.pipeline.build_pipeline."""
     cfg = TelephonyConfig.from_serve_config(state.config)
+    limits = _CallLimits.from_config(state.config)
     for warning in startup_warnings(cfg):
         logger.warning("!!! %s", warning)
     calls = calls if calls is not None else ActiveCalls()
@@ -216,9 +233,13 @@ def make_router(
         if cfg.twilio_auth_token:
             stream_params["token"] = signature.stream_token(cfg.twilio_auth_token, call_sid)
         status_url = cfg.public_http_url(STATUS_PATH)
-        body = twiml.connect_stream(
-            _stream_url(cfg, request), stream_params, status_callback=status_url
-        )
+        try:
+            body = twiml.connect_stream(
+                _stream_url(cfg, request), stream_params, status_callback=status_url
+            )
+        except ValueError as e:  # e.g. a CallSid/From longer than a <Parameter> may be
+            logger.warning("twilio: 400 for %s: %s", VOICE_PATH, str(e)[:200])
+            return PlainTextResponse(f"bad webhook parameters: {str(e)[:200]}", status_code=400)
         logger.info("twilio %s: answering with a Media Stream", call_sid)
         return Response(body, media_type="application/xml")
 
@@ -237,7 +258,7 @@ def make_router(
     async def media_stream(ws: WebSocket) -> None:
         await ws.accept()
         try:
-            start = await _read_handshake(ws, cfg.handshake_timeout_s)
+            start = await _read_handshake(ws, limits.handshake_timeout_s)
         except WebSocketDisconnect:
             logger.info("twilio: stream closed before 'start'")
             return
@@ -255,13 +276,26 @@ def make_router(
             logger.warning("twilio %s: closing stream: server at max_sessions", start.call_sid)
             await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason="server at capacity")
             return
-        await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log)
+        await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
 
     return router
 
 
+@dataclass(frozen=True)
+class _CallLimits:
+    handshake_timeout_s: float = 10.0
+    idle_timeout_s: float = 30.0
+    max_call_s: float = 3600.0
+
+    @classmethod
+    def from_config(cls, config) -> _CallLimits:
+        return cls(**{f: float(getattr(config, f, d)) for f, d in (
+            ("handshake_timeout_s", 10.0), ("idle_timeout_s", 30.0), ("max_call_s", 3600.0))})
+
+
 async def _run_call(
-    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log
+    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log,
+    limits: _CallLimits | None = None,
 ) -> None:
     from pipecat.pipeline.runner import WorkerRunner
 
@@ -283,10 +317,19 @@ async def _run_call(
     tracker = PlayoutTracker(emit, wait_for_echo_s=cfg.wait_for_echo_s, extra_fields=extra)
     cancel_tasks: list[asyncio.Task] = []
 
+    pipeline_started = asyncio.Event()
+
+    async def cancel_when_started(reason: str) -> None:
+        # cancelling mid-start would orphan tasks processors create in start() (the STT's
+        # segment task: "Task was destroyed but it is pending")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pipeline_started.wait(), 30)
+        await call.worker.cancel(reason=reason)
+
     def end_call(reason: str) -> None:
         if call.worker is not None and not cancel_tasks:
             logger.info("twilio %s: ending pipeline (%s)", call.call_sid, reason)
-            cancel_tasks.append(asyncio.create_task(call.worker.cancel(reason=reason)))
+            cancel_tasks.append(asyncio.create_task(cancel_when_started(reason)))
 
     def on_stop() -> None:
         call.stopped_by_twilio = True
@@ -300,6 +343,19 @@ async def _run_call(
         account_sid=start.account_sid or cfg.twilio_account_sid,
         auth_token=cfg.twilio_auth_token,
     )
+    limits = limits or _CallLimits()
+
+    async def expire(reason: str) -> None:
+        # idle_timeout / max_duration / malformed_messages: say why, then end this call only
+        logger.warning("twilio %s: closing stream: %s", call.call_sid, reason)
+        end_call(reason)
+        code = CLOSE_INVALID_PAYLOAD if reason == "malformed_messages" else CLOSE_POLICY
+        with contextlib.suppress(Exception):
+            await ws.close(code=code, reason=reason)
+
+    watchdog = CallWatchdog(limits.idle_timeout_s, limits.max_call_s, expire)
+    serializer.on_media = watchdog.touch
+    serializer.on_malformed_limit = lambda: asyncio.create_task(expire("malformed_messages"))
     transport = TwilioMediaStreamTransport(ws, serializer=serializer, tracker=tracker)
     _, worker = build_pipeline(
         state,
@@ -313,6 +369,16 @@ async def _run_call(
         on_latency=lambda record: tracker.on_latency(record, time.time()),
     )
     call.worker = worker
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(_worker, _frame):
+        pipeline_started.set()
+
+    @transport.event_handler("on_client_connected")
+    async def _on_connected(_transport, _ws):
+        # the pipeline is up and reading: the idle clock starts now, not while it was built
+        watchdog.touch()
+        watchdog.start()
 
     @transport.event_handler("on_client_disconnected")
     async def _on_disconnected(_transport, _ws):
@@ -332,6 +398,7 @@ async def _run_call(
         await runner.add_workers(worker)
         await runner.run()
     finally:
+        await watchdog.stop()
         for task in cancel_tasks:
             await asyncio.gather(task, return_exceptions=True)
         turn_tracker = getattr(worker, "diffvoice_tracker", None)
@@ -347,8 +414,12 @@ async def _run_call(
             sessions.discard(call.session_id)
         if metrics is not None:
             metrics.session_closed()
+        if getattr(state.config, "malloc_arena_max", 0):
+            malloc_tune.trim_soon()  # the call's native buffers back to the OS
         calls.finished += 1
         duration = round(time.time() - call.started_t, 3)
         end = {"type": "twilio.stream", "t": time.time(), "event": "end", "duration_s": duration}
+        end["closed_by_server"] = watchdog.expired or (
+            "malformed_messages" if serializer.malformed_limit_hit else None)
         status_log({**end, "stopped_by_twilio": call.stopped_by_twilio, **extra})
         logger.info("twilio %s: call ended after %.1f s", call.call_sid, duration)

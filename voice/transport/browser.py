@@ -8,7 +8,8 @@ this module only bridges to pipecat:
 * output: each bot audio chunk is handed to `send_audio(bytes)` at the pipeline's output rate,
   paced like a sound card that may run at most `lead_secs` ahead of real-time playback — so
   the client's queue stays short and an interruption drops the rest here, server-side (pipecat's
-  output transport empties its queue on InterruptionFrame).
+  output transport empties its queue on InterruptionFrame; chunks of the interrupted answer
+  that were already past that queue are dropped too, voice.transport.stale_audio).
 
 Knows nothing about JSON events, the engine or FastAPI.
 """
@@ -24,11 +25,14 @@ from pipecat.frames.frames import (
     InterruptionFrame,
     OutputAudioRawFrame,
     StartFrame,
+    TTSStartedFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
+
+from voice.transport.stale_audio import StaleAudioGuard
 
 SendAudio = Callable[[bytes], Awaitable[bool]]
 
@@ -59,22 +63,31 @@ class BrowserOutputTransport(BaseOutputTransport):
         self._send_audio = send_audio
         self._lead_secs = lead_secs
         self._playout_end = 0.0  # monotonic time at which the client finishes what we sent
+        self.stale = StaleAudioGuard()
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         await self.set_transport_ready(frame)
 
     async def process_frame(self, frame, direction: FrameDirection) -> None:
+        if isinstance(frame, InterruptionFrame):
+            self.stale.interrupted()  # before pipecat pushes it on (and playback.flush goes out)
+        elif isinstance(frame, TTSStartedFrame):
+            self.stale.started(frame)  # the next answer's audio follows this frame
         await super().process_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):
             self._playout_end = 0.0  # the client flushes its queue
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        if self.stale.is_stale(frame):
+            return True  # the interrupted answer: never sent after the flush
         now = time.monotonic()
         ahead = self._playout_end - now - self._lead_secs
         if ahead > 0:
             await asyncio.sleep(ahead)
             now = time.monotonic()
+            if self.stale.is_stale(frame):  # interrupted while this chunk waited its turn
+                return True
         if not await self._send_audio(frame.audio):
             return False
         secs = len(frame.audio) / 2 / frame.sample_rate

@@ -26,6 +26,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from voice.json_input import JSONInputError, loads_untrusted
+
 PROTOCOL_VERSION = 1
 INPUT_SAMPLE_RATE = 16000
 SAMPLE_WIDTH = 2  # bytes per sample, int16 little-endian
@@ -52,6 +54,12 @@ ERROR_CLOSE_CODES: dict[str, int] = {
     "frame_too_large": CLOSE_POLICY_VIOLATION,  # binary or text frame above the limits
     "late_session_start": CLOSE_POLICY_VIOLATION,  # session.start after audio or twice
     "overloaded": CLOSE_TRY_AGAIN_LATER,  # server at capacity
+    "too_many_sessions": CLOSE_TRY_AGAIN_LATER,  # this client IP holds max_sessions_per_ip
+    "origin_not_allowed": CLOSE_POLICY_VIOLATION,  # a browser page from a foreign Origin
+    "unauthorized": CLOSE_POLICY_VIOLATION,  # --api-keys set and no valid key or token
+    "handshake_timeout": CLOSE_POLICY_VIOLATION,  # no first message within handshake_timeout_s
+    "idle_timeout": CLOSE_POLICY_VIOLATION,  # no caller audio for idle_timeout_s
+    "max_duration": CLOSE_POLICY_VIOLATION,  # the call reached max_call_s
     "internal": CLOSE_INTERNAL_ERROR,  # server bug; the session cannot continue
 }
 
@@ -270,9 +278,9 @@ def _parse_object(text: str) -> dict[str, Any]:
             "frame_too_large", f"text frame of {len(text)} chars > {MAX_TEXT_FRAME_CHARS}"
         )
     try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ProtocolError("bad_json", f"text frame is not JSON: {e}") from None
+        obj = loads_untrusted(text)
+    except JSONInputError as e:  # not JSON, huge ints, deep nesting, lone surrogates
+        raise ProtocolError("bad_json", f"text frame is not usable JSON: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
     if not isinstance(obj.get("type"), str):

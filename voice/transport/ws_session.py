@@ -1,15 +1,22 @@
 """One browser call over one WebSocket: protocol handshake, receive loop, pipeline lifetime.
 
 Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
-1. accept; refuse with error "overloaded" (close 1013) past `config.max_sessions`;
-2. wait up to FIRST_MESSAGE_SECS for an optional `session.start` (its overrides apply);
+1. accept; refuse with an error event and close: "origin_not_allowed" (1008) for a browser page
+   from a foreign Origin (voice.access.origin_allowed), "unauthorized" (1008) when
+   `config.api_keys` is set and no key/token came (voice.access.ws_credential_ok),
+   "too_many_sessions" (1013) past `config.max_sessions_per_ip` for this client IP,
+   "overloaded" (1013) past `config.max_sessions`;
+2. wait up to `config.handshake_timeout_s` for the first message: `session.start` (its
+   overrides apply) or audio / ping (defaults; the message is kept); none -> "handshake_timeout";
 3. build the pipeline (voice.pipeline.build_pipeline) with a BrowserTransport, run it, send
    `session.started`;
 4. decode every client message with voice.transport.protocol: audio goes into the pipeline,
    `ping` gets `pong`; any ProtocolError sends an `error` event and closes *this* socket with the
    error's
    close code (reason = error code) — other sessions never notice;
-5. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
+5. limits (ServeConfig): no caller audio for `idle_timeout_s` -> "idle_timeout", the call
+   `max_call_s` old -> "max_duration" (both 1008, with an error event first);
+6. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
 
 All socket writes go through one lock so audio and JSON events keep their order.
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 
 from fastapi import WebSocket
@@ -26,13 +34,15 @@ from loguru import logger
 from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from voice import malloc_tune
+from voice.access import origin_allowed, ws_credential_ok
 from voice.pipeline import build_pipeline
 from voice.transport import protocol
 from voice.transport.browser import BrowserTransport
 
-FIRST_MESSAGE_SECS = 0.5
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0
+SEND_TIMEOUT_SECS = 10.0  # one socket write; longer means the client stopped reading
 
 
 class BrowserSession:
@@ -40,6 +50,7 @@ class BrowserSession:
         self.ws = websocket
         self.state = state
         self.session_id = uuid.uuid4().hex[:12]
+        self.client_ip = websocket.client.host if websocket.client else "?"
         self._send_lock = asyncio.Lock()
         self._open = True
 
@@ -49,13 +60,11 @@ class BrowserSession:
         async with self._send_lock:
             if not self._open or self.ws.application_state != WebSocketState.CONNECTED:
                 return False
-            try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_text(data)
+            try:  # a client that stops reading must not hold the session (and its slot)
+                send = self.ws.send_bytes if isinstance(data, bytes) else self.ws.send_text
+                await asyncio.wait_for(send(data), SEND_TIMEOUT_SECS)
                 return True
-            except Exception as e:  # the peer went away mid-write
+            except Exception as e:  # the peer went away mid-write, or stopped reading
                 logger.debug(f"session {self.session_id}: send failed: {e!r}")
                 self._open = False
                 return False
@@ -96,33 +105,71 @@ class BrowserSession:
             return message["text"]
         return None
 
+    def _refusal(self) -> protocol.ProtocolError | None:
+        """Why this socket may not start a session (checked before any pipeline is built)."""
+        config, ws = self.state.config, self.ws
+        origin = ws.headers.get("origin")
+        if not origin_allowed(origin, ws.headers.get("host"),
+                              getattr(config, "allowed_origins", ())):
+            return protocol.ProtocolError("origin_not_allowed",
+                                          f"Origin {origin[:100]!r} may not open sessions here")
+        api_keys = tuple(getattr(config, "api_keys", ()) or ())
+        if not ws_credential_ok(ws.headers, ws.query_params, api_keys, self.state.session_tokens):
+            return protocol.ProtocolError(
+                "unauthorized", "this server needs an API key: send 'Authorization: Bearer "
+                "<key>' or connect to /ws?token=<token from POST /session-token>")
+        if len(self.state.active_sessions) >= config.max_sessions:
+            return protocol.ProtocolError("overloaded", "too many sessions, try later")
+        if not self.state.client_slots.acquire(self.client_ip):
+            return protocol.ProtocolError(
+                "too_many_sessions", f"this client already holds "
+                f"{self.state.client_slots.limit} sessions (max_sessions_per_ip)")
+        return None
+
+    async def _next(self, deadline: float, reason: str) -> str | bytes | None:
+        """Next client message; ProtocolError(reason) if none arrives before `deadline`."""
+        try:
+            return await asyncio.wait_for(self._receive(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            limits = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s",
+                      "handshake_timeout": "handshake_timeout_s"}
+            raise protocol.ProtocolError(
+                reason, f"closed by the server's {limits[reason]} limit") from None
+
+    def _deadline(self, connected_t: float, last_audio_t: float) -> tuple[float, str]:
+        config = self.state.config
+        idle = (last_audio_t + config.idle_timeout_s, "idle_timeout")
+        longest = (connected_t + config.max_call_s, "max_duration")
+        return min(idle, longest)
+
     async def run(self) -> None:
         state = self.state
         await self.ws.accept()
-        if len(state.active_sessions) >= state.config.max_sessions:
-            await self.fail(protocol.ProtocolError("overloaded", "too many sessions, try later"))
+        refusal = self._refusal()
+        if refusal is not None:
+            await self.fail(refusal)
             return
         state.active_sessions.add(self.session_id)
         state.metrics.session_opened()
         worker = runner_task = tracker = None
+        connected_t = time.monotonic()
         try:
             # 1. optional session.start
             stop_secs = state.config.stop_secs
             warnings = list(state.warnings)
             pending: list[protocol.ClientMessage] = []
-            try:
-                first = await asyncio.wait_for(self._receive(), FIRST_MESSAGE_SECS)
-            except TimeoutError:
-                first = ""
+            # session.start counts whenever it is the first message (a loaded server or a
+            # proxy may deliver it late); audio or ping first means defaults
+            first = await self._next(connected_t + state.config.handshake_timeout_s,
+                                     "handshake_timeout")
             if first is None:
                 return
-            if first != "":
-                message = protocol.decode_client(first)
-                if isinstance(message, protocol.SessionStart):
-                    stop_secs = message.config.get("stop_secs", stop_secs)
-                    warnings += protocol.session_config_warnings(message)
-                else:
-                    pending.append(message)
+            message = protocol.decode_client(first)  # an empty text frame is bad_json
+            if isinstance(message, protocol.SessionStart):
+                stop_secs = message.config.get("stop_secs", stop_secs)
+                warnings += protocol.session_config_warnings(message)
+            else:
+                pending.append(message)
 
             # 2. pipeline
             transport = BrowserTransport(
@@ -140,10 +187,19 @@ class BrowserSession:
                 audio_out_sample_rate=state.tts.sample_rate,
             )
             tracker = worker.diffvoice_tracker
+            pipeline_started = asyncio.Event()
+
+            @worker.event_handler("on_pipeline_started")
+            async def _started(_worker, _frame):
+                pipeline_started.set()
+
             runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
             await runner.add_workers(worker)
             runner_task = asyncio.create_task(runner.run(), name=f"session-{self.session_id}")
-            ready = asyncio.create_task(transport.input().ready.wait())
+            # every processor has started (StartFrame reached the sink): a cancel from now on
+            # reaches tasks they create in start(), e.g. the STT's segment task, so none is
+            # orphaned ("Task was destroyed but it is pending") however short the session
+            ready = asyncio.create_task(pipeline_started.wait())
             done, _ = await asyncio.wait(
                 {ready, runner_task}, timeout=PIPELINE_READY_SECS, return_when="FIRST_COMPLETED"
             )
@@ -164,14 +220,18 @@ class BrowserSession:
                 )
             )
 
-            # 3. receive loop
+            # 3. receive loop, under the handshake / idle / duration limits
+            last_audio_t = time.monotonic()
             for message in pending:
                 await self._handle(message, transport)
             while True:
-                raw = await self._receive()
-                if raw is None or runner_task.done():
+                raw = await self._next(*self._deadline(connected_t, last_audio_t))
+                if raw is None or runner_task.done() or not self._open:
                     break
-                await self._handle(protocol.decode_client(raw), transport)
+                message = protocol.decode_client(raw)
+                if isinstance(message, protocol.AudioIn):
+                    last_audio_t = time.monotonic()
+                await self._handle(message, transport)
         except protocol.ProtocolError as e:
             await self.fail(e)
         except Exception as e:
@@ -180,6 +240,12 @@ class BrowserSession:
         finally:
             self._open = False
             if worker is not None:
+                if runner_task is not None and not pipeline_started.is_set():
+                    # cancelling mid-start would orphan tasks processors create in start()
+                    started = asyncio.ensure_future(pipeline_started.wait())
+                    await asyncio.wait({started, runner_task}, timeout=PIPELINE_READY_SECS,
+                                       return_when="FIRST_COMPLETED")
+                    started.cancel()
                 with contextlib.suppress(Exception):
                     await worker.cancel(reason="session closed")
             if runner_task is not None:
@@ -192,7 +258,10 @@ class BrowserSession:
                 with contextlib.suppress(Exception):
                     await tracker.close()
             state.active_sessions.discard(self.session_id)
+            state.client_slots.release(self.client_ip)
             state.metrics.session_closed()
+            if getattr(state.config, "malloc_arena_max", 0):
+                malloc_tune.trim_soon()  # the call's native buffers back to the OS
             await self.close(protocol.CLOSE_NORMAL, "bye")
 
     async def _handle(self, message: protocol.ClientMessage, transport: BrowserTransport) -> None:

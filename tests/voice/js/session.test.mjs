@@ -9,6 +9,8 @@ test("the socket goes to /ws on the page's own host, wss for https pages", () =>
   assert.equal(sessionUrl({ protocol: "https:", host: "voice.example.com" }),
     "wss://voice.example.com/ws");
   assert.equal(sessionUrl({ protocol: "http:", host: "[::1]:9000" }), "ws://[::1]:9000/ws");
+  assert.equal(sessionUrl({ protocol: "https:", host: "v.example", search: "?token=12.abc%2F" }),
+    "wss://v.example/ws?token=12.abc%2F");
 });
 
 test("close codes become messages that say what happened and what to do", () => {

@@ -1,0 +1,211 @@
+"""Admission: beyond capacity and beyond the per-IP cap every refusal is clear and nothing is
+half-served; idle and silent sockets are reaped on time.
+
+Contract: `await run(ctx, scale)`:
+1. fills the server to `max_sessions` /ws calls (each from its own loopback IP, kept alive with a
+   silence frame every 2 s), then checks that one more /ws call gets `overloaded` (1013) with no
+   session.started and no audio, the Twilio webhook answers busy TwiML (<Say> + <Hangup/>), and a
+   Twilio stream with a valid token is closed 1013;
+2. from one IP opens `per_ip` calls, then one more: `too_many_sessions` (1013);
+3. sends 100 concurrent /v1 requests (beyond the engine's max_running + max_queued): each is a
+   complete 200 (finish_reason, every token) or a 503 with Retry-After and an OpenAI error body;
+4. idle: 3 calls that send session.start and then nothing are closed `idle_timeout` within
+   [idle_timeout_s, idle_timeout_s + 2 s] of session.started; 2 sockets that send nothing are
+   closed `handshake_timeout` within [handshake_timeout_s, + 2 s] of connecting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from latency_bench.reliability.common import (
+    SILENCE_20MS,
+    Ctx,
+    check,
+    health,
+    leak_checks,
+    next_ip,
+    settled,
+)
+from latency_bench.twilio_client import twilio_signature
+from voice.telephony import signature
+from voice.transport import protocol
+
+
+async def _open(ctx: Ctx, ip: str) -> tuple[Any, Any]:
+    ws = await connect(ctx.ws, ping_interval=None, open_timeout=30, local_addr=(ip, 0))
+    try:  # a refused socket may be closed before this is sent; its error event is still read
+        await ws.send(protocol.SessionStart(config={}).encode())
+    except ConnectionClosed:
+        pass
+    try:
+        first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 60))
+    except ConnectionClosed:
+        first = None
+    return ws, first
+
+
+async def _refused(ctx: Ctx, ip: str) -> dict[str, Any]:
+    ws, first = await _open(ctx, ip)
+    audio = 0
+    events = [first]
+    try:
+        async with asyncio.timeout(10):
+            async for message in ws:
+                if isinstance(message, bytes):
+                    audio += 1
+                else:
+                    events.append(protocol.decode_server(message))
+    except (ConnectionClosed, TimeoutError):
+        pass
+    return {"error": first.code if isinstance(first, protocol.Error) else None,
+            "close": ws.close_code, "started": any(isinstance(e, protocol.SessionStarted)
+                                                    for e in events), "audio_frames": audio}
+
+
+async def _keepalive(sockets: list, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        for ws in sockets:
+            try:
+                await ws.send(SILENCE_20MS)
+            except ConnectionClosed:
+                pass
+        try:
+            await asyncio.wait_for(stop.wait(), 2.0)
+        except TimeoutError:
+            pass
+
+
+def _webhook_busy(ctx: Ctx) -> bool:
+    form = {"CallSid": "CA" + "b" * 32, "AccountSid": "AC" + "0" * 32, "From": "+1555",
+            "To": "+1556", "CallStatus": "ringing"}
+    request = urllib.request.Request(ctx.webhook, data=urllib.parse.urlencode(form).encode(),
+                                     method="POST", headers={
+                                         "Content-Type": "application/x-www-form-urlencoded",
+                                         "X-Twilio-Signature": twilio_signature(
+                                             ctx.twilio_token, ctx.webhook, form)})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = response.read().decode()
+    return "<Hangup" in body and "<Stream" not in body
+
+
+async def _twilio_stream_refused(ctx: Ctx) -> Any:
+    sid = "CA" + "c" * 32
+    start = {"event": "start", "streamSid": "MZ" + "c" * 32, "start": {
+        "streamSid": "MZ" + "c" * 32, "callSid": sid, "accountSid": "AC" + "0" * 32,
+        "customParameters": {"token": signature.stream_token(ctx.twilio_token, sid)},
+        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}
+    async with connect(ctx.stream, ping_interval=None) as ws:
+        await ws.send(json.dumps(start))
+        try:
+            await asyncio.wait_for(ws.recv(), 20)
+        except (ConnectionClosed, TimeoutError):
+            pass
+        return ws.close_code
+
+
+def _chat(ctx: Ctx, model: str) -> dict[str, Any]:
+    body = json.dumps({"model": model, "max_tokens": 16, "ignore_eos": True,
+                       "messages": [{"role": "user", "content": "What are your hours?"}]})
+    request = urllib.request.Request(ctx.http + "/v1/chat/completions", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            data = json.loads(response.read())
+            choice = data["choices"][0]
+            whole = (choice["finish_reason"] == "length"
+                     and data["usage"]["completion_tokens"] == 16)
+            return {"status": response.status, "whole": whole}
+    except urllib.error.HTTPError as e:
+        data = json.loads(e.read() or b"{}")
+        return {"status": e.code, "whole": "error" in data and bool(e.headers.get("Retry-After"))}
+
+
+async def _timed_close(ctx: Ctx, send_start: bool) -> dict[str, Any]:
+    t0 = time.monotonic()
+    ws = await connect(ctx.ws, ping_interval=None, local_addr=(next_ip(), 0))
+    started_t, code = None, None
+    if send_start:
+        await ws.send(protocol.SessionStart(config={}).encode())
+    try:
+        async with asyncio.timeout(120):
+            async for message in ws:
+                event = protocol.decode_server(message) if isinstance(message, str) else None
+                if isinstance(event, protocol.SessionStarted):
+                    started_t = time.monotonic()
+                elif isinstance(event, protocol.Error):
+                    code = event.code
+    except (ConnectionClosed, TimeoutError):
+        pass
+    end = time.monotonic()
+    return {"error": code, "close": ws.close_code,
+            "after_s": round(end - (started_t if send_start and started_t else t0), 2)}
+
+
+async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    baseline = await settled(ctx)
+    capacity = scale["max_sessions"]
+    model = ctx.settings["model_name"]
+    held, stop = [], asyncio.Event()
+    keeper = asyncio.create_task(_keepalive(held, stop))
+    try:
+        for _ in range(capacity - (await health(ctx))["active_sessions"]):
+            ws, first = await _open(ctx, next_ip())
+            held.append(ws)
+        full = await _refused(ctx, next_ip())
+        busy = await asyncio.to_thread(_webhook_busy, ctx)
+        stream_close = await _twilio_stream_refused(ctx)
+    finally:
+        stop.set()
+        await keeper
+        for ws in held:
+            await ws.close()
+    await settled(ctx)
+    ip, mine = next_ip(), []
+    for _ in range(scale["per_ip"]):
+        mine.append((await _open(ctx, ip))[0])
+    over_ip = await _refused(ctx, ip)
+    for ws in mine:
+        await ws.close()
+    await settled(ctx)
+    answers = await asyncio.gather(*(asyncio.to_thread(_chat, ctx, model) for _ in range(100)))
+    statuses = [a["status"] for a in answers]
+    idle = await asyncio.gather(*(_timed_close(ctx, True) for _ in range(3)),
+                                *(_timed_close(ctx, False) for _ in range(2)))
+    after = await settled(ctx, baseline=baseline)
+    idle_s, hs_s = scale["idle_timeout_s"], scale["handshake_timeout_s"]
+    checks = [
+        check(f"{capacity} calls held, one more refused overloaded / 1013, nothing served",
+              len(held) == capacity and full["error"] == "overloaded" and full["close"] == 1013
+              and not full["started"] and full["audio_frames"] == 0, json.dumps(full)),
+        check("Twilio webhook at capacity answers busy TwiML", busy, f"{busy}"),
+        check("Twilio stream at capacity closed 1013", stream_close == 1013, f"{stream_close}"),
+        check(f"one IP: {scale['per_ip']} calls, the next too_many_sessions / 1013",
+              over_ip["error"] == "too_many_sessions" and over_ip["close"] == 1013
+              and not over_ip["started"], json.dumps(over_ip)),
+        check("100 concurrent /v1 requests: whole 200s or clean 503s, never half-served",
+              all(a["whole"] and a["status"] in (200, 503) for a in answers),
+              f"200: {statuses.count(200)}, 503: {statuses.count(503)}, other: "
+              f"{len(statuses) - statuses.count(200) - statuses.count(503)}"),
+        check(f"idle calls reaped idle_timeout within [{idle_s}, {idle_s + 2}] s",
+              all(r["error"] == "idle_timeout" and r["close"] == 1008
+                  and idle_s <= r["after_s"] <= idle_s + 2 for r in idle[:3]),
+              json.dumps(idle[:3])),
+        check(f"silent sockets closed handshake_timeout within [{hs_s}, {hs_s + 2}] s",
+              all(r["error"] == "handshake_timeout" and r["close"] == 1008
+                  and hs_s <= r["after_s"] <= hs_s + 2 for r in idle[3:]),
+              json.dumps(idle[3:])),
+        *leak_checks(after, baseline, "after admission"),
+    ]
+    return {"capacity": capacity, "held": len(held), "refused": full, "over_ip": over_ip,
+            "v1_statuses": {"200": statuses.count(200), "503": statuses.count(503)},
+            "idle": idle, "checks": checks}

@@ -1,0 +1,67 @@
+"""`diffvoice bench reliability`: run the reliability harness and write docs/reliability.md.
+
+    diffvoice bench reliability --short            # every part, tiny scale (~1-2 min)
+    diffvoice bench reliability --full --out docs/reliability.md
+    diffvoice bench reliability --full --parts soak --out docs/reliability.md
+
+Contract: `add_arguments(parser)` / `run(args) -> int` (registered under `bench` by
+latency_bench/cli.py). Exit 0 when every check passed, 1 when any failed (the report is written
+either way), 2 for bad arguments. Results merge into <out>.json, so parts can run separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+
+from latency_bench.reliability.run import PARTS, SCALES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--short", dest="scale", action="store_const", const="short",
+                      help="tiny counts (what make test runs)")
+    size.add_argument("--full", dest="scale", action="store_const", const="full",
+                      help="the committed figures: 10,000 fuzz inputs, 10-minute soak, ...")
+    parser.set_defaults(scale="short")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, of {','.join(PARTS)}")
+    parser.add_argument("--out", type=Path, default=Path("reliability.md"),
+                        help="markdown report; results JSON beside it (.json)")
+    parser.add_argument("--model", default=None, help="model dir (default: the embedded one)")
+    parser.add_argument("--corpus-cache", default="~/.cache/diffvoice/bench-corpus",
+                        help="where the espeak-ng prompts are cached")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import DEFAULT_MODEL_DIR
+    from latency_bench.corpus import CorpusError, default_corpus
+    from latency_bench.machine import machine_info
+    from latency_bench.reliability.run import run_parts, write
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        print(f"diffvoice bench reliability: unknown parts {sorted(unknown)}", file=sys.stderr)
+        return 2
+    scale = SCALES[args.scale]
+    try:
+        prompts = default_corpus(Path(args.corpus_cache).expanduser(),
+                                 voices=("en-us", "en-us+f3"), speeds=(175,))
+    except CorpusError as e:
+        print(f"diffvoice bench reliability: {e}", file=sys.stderr)
+        return 2
+    model = args.model or str(DEFAULT_MODEL_DIR)
+    results = asyncio.run(run_parts(parts, scale, prompts, model))
+    command = shlex.join(["diffvoice", "bench", "reliability", f"--{args.scale}", "--parts",
+                          ",".join(parts), "--out", str(args.out)])
+    merged = write(results, args.out, command, machine_info())
+    failed = [(name, c) for name in parts for c in merged["parts"][name]["checks"]
+              if not c["ok"]]
+    for name, c in failed:
+        print(f"FAIL {name}: {c['name']}: {c['detail']}", file=sys.stderr)
+    print(f"wrote {args.out} ({len(failed)} failed checks)")
+    return 1 if failed else 0

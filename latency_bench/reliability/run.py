@@ -1,0 +1,148 @@
+"""Run reliability parts against a fresh `diffvoice serve` and write docs/reliability.md.
+
+Contract:
+- `SCALES["short"|"full"]`: every count and duration the parts use (short: make test, about a
+  minute; full: the committed figures, including the 10-minute soak).
+- `server_args(scale)`: the serve flags the harness server runs with (its limits are part of the
+  report).
+- `await run_parts(parts, scale, prompts) -> dict`: starts one LocalServer (pocketsphinx ASR,
+  the embedded model, Twilio on with a random token, --public-url its own URL), runs the parts
+  in order, each under a time bound, and returns {"parts": {name: result}, "server": {...}}. A
+  part that raises is recorded as a failed check, never hidden. The server log is scanned for
+  tracebacks, "Task was destroyed but it is pending" and pipeline-shutdown timeouts.
+- `write(results, out)`: merges into `<out>.json` (parts run earlier are kept) and renders the
+  markdown `out` (latency_bench.reliability.report).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from latency_bench.reliability.common import Ctx, health, task_names
+
+PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
+
+SCALES: dict[str, dict[str, Any]] = {
+    "short": {
+        "name": "short", "max_sessions": 8, "per_ip": 3, "idle_timeout_s": 3.0,
+        "handshake_timeout_s": 2.0, "max_new_tokens": 12,
+        "fuzz_inputs": 300, "fuzz_min_total": 300, "fuzz_concurrency": 3, "fuzz_mid_calls": 5,
+        "fuzz_media_calls": 1, "fuzz_legit_calls": 1, "fuzz_legit_turns": 1,
+        "iso_bad_requests": 8, "iso_huge_prompts": 1, "iso_flood_sockets": 6,
+        "iso_legit_turns": 1,
+        "storm_sessions": 1, "storm_interruptions": 2,
+        "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
+        "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
+        "part_timeout_s": 150,
+    },
+    "full": {
+        "name": "full", "max_sessions": 40, "per_ip": 4, "idle_timeout_s": 10.0,
+        "handshake_timeout_s": 5.0, "max_new_tokens": 48,
+        "fuzz_inputs": 10_000, "fuzz_min_total": 10_000, "fuzz_concurrency": 16,
+        "fuzz_mid_calls": 100, "fuzz_media_calls": 10, "fuzz_legit_calls": 2,
+        "fuzz_legit_turns": 6,
+        "iso_bad_requests": 200, "iso_huge_prompts": 20, "iso_flood_sockets": 200,
+        "iso_legit_turns": 4,
+        "storm_sessions": 4, "storm_interruptions": 100,
+        "mem_warmup": 20, "mem_sessions": 200, "mem_concurrency": 8,
+        "soak_callers": 32, "soak_s": 600, "soak_pause_s": 12.0, "soak_call_turns": 4,
+        "part_timeout_s": 1200,
+    },
+}
+
+
+def server_args(scale: dict[str, Any], model: str) -> list[str]:
+    return ["--model", model, "--asr", "pocketsphinx", "--device", "cpu",
+            "--max-new-tokens", str(scale["max_new_tokens"]),
+            "--max-sessions", str(scale["max_sessions"]),
+            "--max-sessions-per-ip", str(scale["per_ip"]),
+            "--idle-timeout-s", str(scale["idle_timeout_s"]),
+            "--handshake-timeout-s", str(scale["handshake_timeout_s"])]
+
+
+_LOG_PATTERNS = {
+    "tracebacks": r"Traceback \(most recent call last\)",
+    "task_destroyed_pending": r"Task was destroyed but it is pending",
+    "pipeline_shutdown_timeouts": r"pipeline shutdown",
+    "errors_logged": r"\| ERROR ",
+}
+
+
+def scan_log(text: str) -> dict[str, Any]:
+    """Counts of each pattern, plus up to 3 examples (the matching line and the next 6)."""
+    lines = text.splitlines()
+    out: dict[str, Any] = {k: len(re.findall(p, text)) for k, p in _LOG_PATTERNS.items()}
+    examples = []
+    for i, line in enumerate(lines):
+        if any(re.search(p, line) for p in _LOG_PATTERNS.values()) and len(examples) < 3:
+            examples.append("\n".join(lines[max(0, i - 2): i + 6])[:1500])
+    out["examples"] = examples
+    return out
+
+
+async def _part(name: str, ctx: Ctx, scale: dict) -> dict[str, Any]:
+    import importlib
+
+    module = importlib.import_module(f"latency_bench.reliability.{name}")
+    t0 = time.monotonic()
+    try:
+        result = await asyncio.wait_for(module.run(ctx, scale), scale["part_timeout_s"])
+    except Exception as e:  # a part that breaks is a failed check, not a hidden one
+        result = {"checks": [{"name": f"{name} ran to the end", "ok": False,
+                              "detail": f"{type(e).__name__}: {e}"[:300]}]}
+    result["elapsed_s"] = round(time.monotonic() - t0, 1)
+    try:
+        result["tasks_after"] = await task_names(ctx)
+    except Exception as e:
+        result["tasks_after"] = repr(e)
+    return result
+
+
+async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
+    from latency_bench.server_proc import LocalServer
+
+    token = secrets.token_hex(16)
+    server = LocalServer(server_args(scale, model), start_timeout_s=600,
+                         env={"TWILIO_AUTH_TOKEN": token})
+    server.extra_args += ["--public-url", server.base_url]
+    out: dict[str, Any] = {"parts": {}, "scale": scale["name"],
+                           "server_args": " ".join(server.extra_args)}
+    load = {"start": [round(x, 2) for x in os.getloadavg()]}
+    with server:
+        ctx = Ctx(server, prompts, token)
+        info = await health(ctx)
+        ctx.settings = {"model_name": info["model"], **scale}
+        out["server"] = {k: info.get(k) for k in ("model", "asr", "tts", "stop_secs",
+                                                  "max_sessions")}
+        for name in parts:
+            out["parts"][name] = await _part(name, ctx, scale)
+            load[f"after_{name}"] = [round(x, 2) for x in os.getloadavg()]
+        log = server.log_path.read_text(errors="replace") if server.log_path else ""
+    out["server_log"] = scan_log(log)
+    out["load_average"] = load  # 1/5/15-min load of this 2-core machine (other work included)
+    return out
+
+
+def write(results: dict[str, Any], out: Path, command: str, machine: dict) -> dict:
+    from latency_bench.reliability.report import render
+
+    json_path = out.with_suffix(".json")
+    merged = json.loads(json_path.read_text()) if json_path.exists() else {"parts": {}}
+    merged["parts"].update(results["parts"])
+    for name in results["parts"]:
+        merged.setdefault("runs", {})[name] = {
+            "command": command, "server_args": results["server_args"],
+            "server": results.get("server"), "server_log": results.get("server_log"),
+            "load_average": results.get("load_average"),
+            "machine": machine, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
+    out.write_text(render(merged))
+    return merged

@@ -1,0 +1,37 @@
+"""The reliability harness at its short scale (what `diffvoice bench reliability --short`
+runs): every part against one real `diffvoice serve` on loopback; every correctness check must
+pass. The two goals that are figures, not outcomes, are left to the full run's report
+(docs/reliability.md): RSS per session (2 sessions measure pool warm-up, not growth) and the
+/ws ping round-trip bound (a timing target; it depends on the machine's load)."""
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from latency_bench.corpus import RECEPTIONIST_PROMPTS, default_corpus
+from latency_bench.reliability.run import PARTS, SCALES, run_parts
+
+SCALE = float(os.environ.get("DIFFVOICE_TEST_TIMEOUT_SCALE", "1"))
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(900 * SCALE))]
+NOT_MEANINGFUL_SHORT = {"memory": "RSS growth <= ", "isolation": "/ws ping round-trip"}
+
+
+def test_every_part_passes_at_short_scale(tmp_path):
+    from engine import DEFAULT_MODEL_DIR
+
+    if not (DEFAULT_MODEL_DIR / "config.json").exists():
+        pytest.skip("the embedded model is not in the tree")
+    prompts = default_corpus(tmp_path / "corpus", voices=("en-us",), speeds=(175,),
+                             texts=RECEPTIONIST_PROMPTS[:4])
+    results = asyncio.run(run_parts(PARTS, SCALES["short"], prompts, str(DEFAULT_MODEL_DIR)))
+    failed = []
+    for name, part in results["parts"].items():
+        assert part["checks"], name
+        for c in part["checks"]:
+            if not c["ok"] and not c["name"].startswith(NOT_MEANINGFUL_SHORT.get(name, "\0")):
+                failed.append(f"{name}: {c['name']}: {c['detail']}")
+    assert not failed, "\n".join(failed)
+    assert results["server_log"]["tracebacks"] == 0, results["server_log"]["examples"]
+    assert Path(results["parts"]["fuzz"]["checks"][0]["detail"]).name  # figures were recorded

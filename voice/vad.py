@@ -1,0 +1,46 @@
+"""Silero VAD for every call from one shared ONNX Runtime session.
+
+pipecat's `SileroVADAnalyzer` builds a new `onnxruntime.InferenceSession` per analyzer, i.e. per
+call: tens of milliseconds of CPU and a few MB of native memory each time, which glibc does not
+hand back when the call ends. The model's recurrent state lives in numpy arrays on the
+`SileroOnnxModel` wrapper, not in the session, and `InferenceSession.run` may be called from
+several threads at once, so one session serves every call.
+
+Contract: `make_vad(params) -> SileroVADAnalyzer` behaves exactly like
+`SileroVADAnalyzer(params=params)` (same class, same per-call state), but the first call loads the
+model once per process and later calls reuse it. `shared_session()` is that session.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pipecat.audio.vad.silero import SileroOnnxModel, SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
+
+_lock = threading.Lock()
+_model: SileroOnnxModel | None = None
+
+
+def shared_session():
+    global _model
+    with _lock:
+        if _model is None:
+            _model = SileroVADAnalyzer()._model  # pipecat finds and loads its bundled model
+        return _model.session
+
+
+class _SharedSileroVAD(SileroVADAnalyzer):
+    def __init__(self, *, sample_rate: int | None = None, params: VADParams | None = None):
+        VADAnalyzer.__init__(self, sample_rate=sample_rate, params=params)
+        model = SileroOnnxModel.__new__(SileroOnnxModel)
+        model.session = shared_session()
+        model.sample_rates = [8000, 16000]
+        model.reset_states()
+        self._model = model
+        self._windows_since_reset = 0
+        self._low_confidence_windows = 0
+
+
+def make_vad(params: VADParams | None = None) -> SileroVADAnalyzer:
+    return _SharedSileroVAD(params=params)
