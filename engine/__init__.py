@@ -4,9 +4,9 @@ from pathlib import Path
 
 from engine.engine import Delta, Engine
 from engine.params import EngineConfig, SamplingParams
-from engine.scheduler import EngineOverloaded
+from engine.scheduler import DraftRefused, EngineOverloaded
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "receptionist-tiny"
 
-__all__ = ["DEFAULT_MODEL_DIR", "Delta", "Engine", "EngineConfig", "EngineOverloaded",
+__all__ = ["DEFAULT_MODEL_DIR", "Delta", "DraftRefused", "Engine", "EngineConfig", "EngineOverloaded",
            "SamplingParams"]

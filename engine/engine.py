@@ -26,7 +26,7 @@ import torch
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
-from engine.scheduler import Committed, EngineOverloaded, Scheduler
+from engine.scheduler import Committed, DraftRefused, EngineOverloaded, Scheduler
 from engine.sequence import Sequence
 from engine.tokenizer import Detokenizer
 
@@ -44,6 +44,7 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    passes: int = 0  # denoising passes this request has taken so far
 
 
 @dataclass
@@ -76,7 +77,8 @@ class Engine:
         self.max_seq_len = self.config.max_seq_len or min(mc.max_position_embeddings, 4096)
         self.runner = ModelRunner(loaded, self.config, self.device, self.max_seq_len)
         self.scheduler = Scheduler(self.config.max_running, self.config.max_queued,
-                                   mc.eos_token_ids)
+                                   mc.eos_token_ids, self.config.max_drafts,
+                                   self.config.drafts_share_passes)
         self._callers: dict[str, _Caller] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -119,9 +121,13 @@ class Engine:
         return seq
 
     async def generate(self, messages: list[dict], params: SamplingParams | None = None,
-                       request_id: str | None = None) -> AsyncIterator[Delta]:
+                       request_id: str | None = None, *, draft: bool = False
+                       ) -> AsyncIterator[Delta]:
+        """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
+        finish_reason "shed"; more than max_drafts in flight raises DraftRefused."""
         params = params or self.config.default_params
         seq = self.prepare(messages, params, request_id)
+        seq.draft = draft
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:
@@ -147,6 +153,11 @@ class Engine:
             self._aborts.append(request_id)
             self._wake.notify()
 
+    def promote(self, request_id: str) -> bool:
+        """A draft becomes a real request (its caller now waits for it); False if it is gone."""
+        with self._lock:
+            return self.scheduler.promote(request_id)
+
     def active_request_ids(self) -> set[str]:
         with self._lock:
             return set(self.scheduler.by_id)
@@ -156,6 +167,8 @@ class Engine:
             return {"running": len(self.scheduler.running), "queued": len(self.scheduler.waiting),
                     "last_batch_size": self.last_batch_size, "passes": self.total_passes,
                     "reused_prefix_tokens": self.scheduler.reused_tokens,
+                    "drafts": self.scheduler.drafts_in_flight(),
+                    "drafts_shed": self.scheduler.shed_total,
                     "max_running": self.config.max_running, "device": str(self.device),
                     "model": self.model_name}
 
@@ -187,6 +200,11 @@ class Engine:
                     self._abort_locked(rid)
                 self._aborts.clear()
                 rows, admitted = self.scheduler.schedule()
+                for seq in self.scheduler.shed:
+                    self.runner.release(seq)
+                    self._deliver(seq.request_id, Delta(
+                        seq.request_id, "", [], True, "shed", seq.prompt_len,
+                        len(seq.generated), passes=seq.passes))
             if not rows:
                 continue
             try:
@@ -220,7 +238,7 @@ class Engine:
         if seq is not None:
             self.runner.release(seq)
             self._deliver(request_id, Delta(request_id, "", [], True, "abort", seq.prompt_len,
-                                            len(seq.generated)))
+                                            len(seq.generated), passes=seq.passes))
 
     def _emit(self, ev: Committed) -> None:
         seq = ev.seq
@@ -246,7 +264,7 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit))
+            now - seq.t_submit, seq.passes))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)
@@ -261,4 +279,4 @@ class Engine:
             self._aborts.append(request_id)
 
 
-__all__ = ["Engine", "Delta", "EngineOverloaded"]
+__all__ = ["Engine", "Delta", "DraftRefused", "EngineOverloaded"]

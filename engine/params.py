@@ -75,6 +75,11 @@ class EngineConfig:
     enforce_eager: never capture CUDA graphs (always true on CPU).
     static_shapes: pad decode-only passes to the graph buckets even without CUDA graphs (what the
                   graph path does, runnable on CPU; a testing aid).
+    max_drafts:   low-priority draft requests (`generate(..., draft=True)`) in flight at once;
+                  one more is refused (DraftRefused). 0 turns drafts off.
+    drafts_share_passes: let drafts ride in passes that also carry real requests (cheap on a
+                  GPU, where a pass costs about the same for 1 or 8 rows); off by default, so on
+                  a CPU a draft pauses whenever a real request is decoding.
     """
 
     device: str = "auto"
@@ -88,8 +93,12 @@ class EngineConfig:
     static_shapes: bool = False
     kernels: str = "auto"
     default_params: SamplingParams = field(default_factory=SamplingParams)
+    max_drafts: int = 4
+    drafts_share_passes: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.max_drafts, int) or self.max_drafts < 0:
+            raise ValueError(f"max_drafts must be an integer >= 0, got {self.max_drafts!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
         if self.max_running < 1:
