@@ -8,5 +8,5 @@ from engine.scheduler import DraftRefused, EngineOverloaded
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "receptionist-tiny"
 
-__all__ = ["DEFAULT_MODEL_DIR", "Delta", "DraftRefused", "Engine", "EngineConfig", "EngineOverloaded",
-           "SamplingParams"]
+__all__ = ["DEFAULT_MODEL_DIR", "Delta", "DraftRefused", "Engine", "EngineConfig",
+           "EngineOverloaded", "SamplingParams"]

@@ -13,6 +13,10 @@ Contract:
 * a short-answer system prompt is prepended unless the context already starts with one; the
   token budget and denoising passes come from the constructor (ServeConfig).
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
+* eager drafts (`draft_context` given): `self.drafts` is the call's voice.drafting.DraftManager;
+  at each LLMContextFrame a draft made for exactly these messages is streamed instead of a new
+  engine request; `last_turn` says whether the answer came from a draft, how many drafts the
+  turn cost and their extra engine passes. Interruption and disconnect cancel drafts.
 
 Knows nothing about audio, sockets or the wire protocol.
 """
@@ -30,6 +34,7 @@ from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
     Frame,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -71,6 +76,22 @@ def context_to_messages(messages: list[dict[str, Any]], system_prompt: str | Non
     return out
 
 
+class AnswerInfo:
+    """How one answer was made: from a draft or not, the drafts its turn cost, engine passes.
+    Filled in while the answer streams; `as_dict()` gives the latency record's fields."""
+
+    def __init__(self, turn: Any = None) -> None:
+        self.turn = turn  # voice.drafting.TurnDrafts, or None when drafts are off
+        self.passes = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"answer_passes": self.passes}
+        if self.turn is not None:
+            out.update(draft_hit=self.turn.hit, drafts=self.turn.drafts,
+                       extra_passes=self.turn.extra_passes)
+        return out
+
+
 class DiffusionLLMService(LLMService):
     def __init__(
         self,
@@ -82,6 +103,7 @@ class DiffusionLLMService(LLMService):
         sampling_overrides: dict[str, Any] | None = None,
         request_prefix: str = "voice",
         on_request: Callable[[str], None] | None = None,
+        draft_context: LLMContext | None = None,
         **kwargs,
     ) -> None:
         from engine import SamplingParams  # deferred: importing engine pulls in torch
@@ -108,6 +130,18 @@ class DiffusionLLMService(LLMService):
         self._request_prefix = request_prefix
         self._on_request = on_request
         self._current_request_id: str | None = None
+        self.drafts = None
+        self.last_answer = AnswerInfo()
+        if draft_context is not None:
+            from voice.drafting import DraftManager
+
+            self.drafts = DraftManager(
+                engine, self._params, get_context_messages=draft_context.get_messages,
+                system_prompt=system_prompt, request_prefix=request_prefix)
+
+    def turn_info(self) -> AnswerInfo:
+        """The answer now starting (called by the turn tracker at LLMFullResponseStartFrame)."""
+        return self.last_answer
 
     @property
     def current_request_id(self) -> str | None:
@@ -118,6 +152,8 @@ class DiffusionLLMService(LLMService):
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame) and self.drafts is not None:
+            self.drafts.cancel("interruption")
         if isinstance(frame, LLMContextFrame):
             await self._respond(frame.context)
         else:
@@ -125,15 +161,22 @@ class DiffusionLLMService(LLMService):
 
     async def stop(self, frame: EndFrame) -> None:
         self._abort_current()
+        await self._close_drafts()
         await super().stop(frame)
 
     async def cancel(self, frame: CancelFrame) -> None:
         self._abort_current()
+        await self._close_drafts()
         await super().cancel(frame)
 
     async def cleanup(self) -> None:
         self._abort_current()
+        await self._close_drafts()
         await super().cleanup()
+
+    async def _close_drafts(self) -> None:
+        if self.drafts is not None:
+            await self.drafts.close()
 
     def _abort_current(self) -> None:
         request_id, self._current_request_id = self._current_request_id, None
@@ -148,6 +191,11 @@ class DiffusionLLMService(LLMService):
 
         request_id = f"{self._request_prefix}-{next(_request_counter)}"
         messages = context_to_messages(context.get_messages(), self._system_prompt)
+        draft = self.drafts.take(messages) if self.drafts is not None else None
+        answer = self.last_answer = AnswerInfo(
+            self.drafts.last_turn if self.drafts is not None else None)
+        if draft is not None:
+            request_id = draft.request_id
         await self.push_frame(LLMFullResponseStartFrame())
         await self.start_processing_metrics()
         finished = False
@@ -159,7 +207,10 @@ class DiffusionLLMService(LLMService):
                 self._on_request(request_id)
             first = True
             started = time.perf_counter()
-            async for delta in self._engine.generate(messages, self._params, request_id=request_id):
+            source = (draft.stream() if draft is not None else
+                      self._engine.generate(messages, self._params, request_id=request_id))
+            async for delta in source:
+                answer.passes = max(answer.passes, getattr(delta, "passes", 0))
                 if first:
                     await self.stop_ttfb_metrics()
                     first = False

@@ -110,6 +110,7 @@ class BrowserSession:
             stop_secs = state.config.stop_secs
             warnings = list(state.warnings)
             pending: list[protocol.ClientMessage] = []
+            overrides: dict = {}
             try:
                 first = await asyncio.wait_for(self._receive(), FIRST_MESSAGE_SECS)
             except TimeoutError:
@@ -120,6 +121,7 @@ class BrowserSession:
                 message = protocol.decode_client(first)
                 if isinstance(message, protocol.SessionStart):
                     stop_secs = message.config.get("stop_secs", stop_secs)
+                    overrides = message.config
                     warnings += protocol.session_config_warnings(message)
                 else:
                     pending.append(message)
@@ -138,6 +140,8 @@ class BrowserSession:
                 stop_secs=stop_secs,
                 audio_in_sample_rate=protocol.INPUT_SAMPLE_RATE,
                 audio_out_sample_rate=state.tts.sample_rate,
+                eager_drafts=overrides.get("eager_drafts"),
+                turn_window_secs=overrides.get("turn_window_secs"),
             )
             tracker = worker.diffvoice_tracker
             runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)

@@ -1,0 +1,48 @@
+"""`SpeechTrackingVAD`: pipecat's Silero VAD that also says *when* speech ended in the stream.
+
+Contract: behaves exactly like `SileroVADAnalyzer` (same states, same frames upstream), and
+additionally keeps, per analysed 512-sample window whose voice confidence reaches
+`params.confidence`:
+* `last_speech_pos_s`: the stream position (seconds of caller audio since the call began) where
+  that window ends;
+* `last_speech_t`: the wall-clock time (time.time()) that audio position arrived — the arrival
+  time of the analysed buffer minus the audio received after the window's end.
+So at a VAD stop `last_speech_t` is the caller's end of speech as the audio shows it (within one
+32 ms window), and `speech_since(t)` tells whether speech-like audio came after `t` although the
+VAD has not (yet) confirmed a new start. Thread-safe for these readings: the analysis runs in
+pipecat's executor thread and only ever replaces floats.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADState
+
+
+class SpeechTrackingVAD(SileroVADAnalyzer):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.last_speech_t: float | None = None
+        self.last_speech_pos_s: float | None = None
+        self._received = 0  # samples handed to the analyzer so far
+        self._analysed = 0  # samples whose windows were analysed
+        self._arrival_t = 0.0
+
+    def _run_analyzer(self, buffer: bytes) -> VADState:
+        self._arrival_t = time.time()
+        self._received += len(buffer) // 2
+        return super()._run_analyzer(buffer)
+
+    def voice_confidence(self, buffer) -> float:
+        confidence = super().voice_confidence(buffer)
+        self._analysed += len(buffer) // 2
+        if confidence >= self.params.confidence:
+            rate = self.sample_rate or 16000
+            self.last_speech_pos_s = self._analysed / rate
+            self.last_speech_t = self._arrival_t - (self._received - self._analysed) / rate
+        return confidence
+
+    def speech_since(self, t: float) -> bool:
+        return self.last_speech_t is not None and self.last_speech_t > t

@@ -1,0 +1,154 @@
+"""`MeaningTurnStopStrategy`: end the caller's turn as soon as what they said is a complete
+utterance (and its eager draft is ready), otherwise after the full silence window.
+
+A pipecat 1.14 user-turn stop strategy (replaces SpeechTimeoutUserTurnStopStrategy). The VAD runs
+with a short `stop_secs` (e.g. 0.2 s) so that it reports pauses; on each VAD stop this strategy
+decides, polling every 10 ms:
+* the caller resumed (VAD start) -> nothing ends; speech-like audio after the stop that the VAD
+  has not confirmed yet (`speech_since`) holds the decision back too;
+* a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on) ->
+  the turn ends now (fast path);
+* `window_secs` after the caller's end of speech as the audio shows it (`speech_end()`, the
+  VAD's last speech window; VAD stop - stop_secs if unknown) with a transcript in -> the turn
+  ends (the full window: pauses inside a sentence, "what time, um, do you open", stay within
+  it);
+* no transcript `transcript_timeout_secs` after that -> nothing (noise is not a turn; pipecat's
+  own stop watchdog still applies).
+`looks_complete` is a small heuristic: at least two words, not ending on a filler, a
+conjunction, an article, a preposition or a trailing comma. Knows nothing about the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+
+from pipecat.frames.frames import (
+    Frame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.turns.types import ProcessFrameResult
+from pipecat.turns.user_stop.base_user_turn_stop_strategy import BaseUserTurnStopStrategy
+
+POLL_SECS = 0.01
+RESUME_HOLD_SECS = 0.3  # unconfirmed speech after a stop holds the decision this long
+
+# Words a finished sentence rarely ends on: fillers, conjunctions, articles, prepositions,
+# auxiliaries and question words waiting for the rest of the question.
+INCOMPLETE_TAIL = frozenset(
+    "um umm uh uhh er erm hmm mm ah and or but so because if then than that which who whose "
+    "the a an my your our their this these those some any to of on in at for with from by "
+    "about into like as is are was were do does did can could would will should what when "
+    "where how why i you we it me".split()
+)
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def looks_complete(text: str) -> bool:
+    stripped = text.strip()
+    if not stripped or stripped.endswith((",", "-", "...", "\u2026", ";", ":")):
+        return False
+    words = _WORD.findall(stripped.lower())
+    return len(words) >= 2 and words[-1] not in INCOMPLETE_TAIL
+
+
+class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
+    def __init__(
+        self,
+        *,
+        window_secs: float,
+        stop_secs: float,
+        speech_end: Callable[[], float | None] = lambda: None,
+        speech_since: Callable[[float], bool] = lambda t: False,
+        draft_ready: Callable[[str], bool] | None = None,
+        complete: Callable[[str], bool] = looks_complete,
+        transcript_timeout_secs: float = 3.0,
+        clock: Callable[[], float] = time.time,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if window_secs < stop_secs:
+            raise ValueError(f"window_secs ({window_secs}) must be >= stop_secs ({stop_secs})")
+        self._window = window_secs
+        self._stop_secs = stop_secs
+        self._speech_end = speech_end
+        self._speech_since = speech_since
+        self._draft_ready = draft_ready
+        self._complete = complete
+        self._transcript_timeout = transcript_timeout_secs
+        self._clock = clock
+        self._text = ""
+        self._vad_speaking = False
+        self._task: asyncio.Task | None = None
+        self.decisions: list[str] = []  # "fast" / "window" per ended turn (tests, debugging)
+
+    async def handle_user_turn_started(self):
+        await self._reset()
+
+    async def handle_user_turn_stopped(self):
+        await self._reset()
+
+    async def cleanup(self):
+        await super().cleanup()
+        await self._cancel()
+
+    async def _reset(self):
+        self._text = ""
+        await self._cancel()
+
+    async def _cancel(self):
+        if self._task is not None:
+            task, self._task = self._task, None
+            await self.task_manager.cancel_task(task)
+
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            self._vad_speaking = True
+            await self._cancel()
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._vad_speaking = False
+            await self._start(self._clock())
+        elif isinstance(frame, TranscriptionFrame) and frame.text.strip():
+            self._text = f"{self._text} {frame.text.strip()}".strip()
+            if self._task is None and not self._vad_speaking:
+                await self._start(self._clock())  # a transcript without a VAD stop
+        return ProcessFrameResult.CONTINUE
+
+    async def _start(self, stop_t: float) -> None:
+        await self._cancel()
+        end = self._speech_end()
+        if end is None or end > stop_t:
+            end = stop_t - self._stop_secs
+        self._task = self.task_manager.create_task(self._decide(stop_t, end),
+                                                   f"{self}::decide")
+
+    async def _decide(self, stop_t: float, speech_end_t: float) -> None:
+        deadline = speech_end_t + self._window
+        give_up = deadline + self._transcript_timeout
+        while True:
+            now = self._clock()
+            held = self._speech_since(stop_t) and self._recent_speech(now)
+            if self._text and not held:
+                if self._complete(self._text) and (
+                    self._draft_ready is None or self._draft_ready(self._text)
+                ):
+                    return await self._end("fast")
+                if now >= deadline:
+                    return await self._end("window")
+            if now >= give_up and not held:
+                self._task = None
+                return
+            await asyncio.sleep(POLL_SECS)
+
+    def _recent_speech(self, now: float) -> bool:
+        end = self._speech_end()
+        return end is not None and now - end < RESUME_HOLD_SECS
+
+    async def _end(self, how: str) -> None:
+        self._task = None
+        self.decisions.append(how)
+        await self.trigger_user_turn_stopped()
