@@ -7,8 +7,9 @@ would say if it ended now. It calls `drafts.propose(text)` (voice.drafting.Draft
   changing;
 * at once when a segment's final transcript arrives (the VAD saw a short pause), before the
   frame moves on, so the turn-stop strategy downstream already finds the draft running.
-A turn's text is forgotten at UserStoppedSpeakingFrame; pending timers die with the turn, an
-interruption or the pipeline. Every frame is passed on unchanged. Knows nothing about the engine.
+A turn's text is forgotten at UserStoppedSpeakingFrame; pending timers die with the turn or the
+pipeline (not at an interruption: that is the start of the turn being drafted). Every frame is
+passed on unchanged. Knows nothing about the engine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pipecat.frames.frames import (
     EndFrame,
     Frame,
     InterimTranscriptionFrame,
-    InterruptionFrame,
     TranscriptionFrame,
     UserStoppedSpeakingFrame,
 )
@@ -64,7 +64,7 @@ class EagerDrafter(FrameProcessor):
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._segments, self._interim, self._last_key = [], "", ""
             await self._cancel_timer()
-        elif isinstance(frame, (InterruptionFrame, EndFrame, CancelFrame)):
+        elif isinstance(frame, (EndFrame, CancelFrame)):
             await self._cancel_timer()
         await self.push_frame(frame, direction)
 

@@ -85,6 +85,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._vad_speaking = False
         self._task: asyncio.Task | None = None
         self.decisions: list[str] = []  # "fast" / "window" per ended turn (tests, debugging)
+        self.waited_secs: list[float] = []  # VAD stop -> turn end, per ended turn
 
     async def handle_user_turn_started(self):
         await self._reset()
@@ -136,9 +137,9 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
                 if self._complete(self._text) and (
                     self._draft_ready is None or self._draft_ready(self._text)
                 ):
-                    return await self._end("fast")
+                    return await self._end("fast", now - stop_t)
                 if now >= deadline:
-                    return await self._end("window")
+                    return await self._end("window", now - stop_t)
             if now >= give_up and not held:
                 self._task = None
                 return
@@ -148,7 +149,8 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         end = self._speech_end()
         return end is not None and now - end < RESUME_HOLD_SECS
 
-    async def _end(self, how: str) -> None:
+    async def _end(self, how: str, waited_secs: float) -> None:
         self._task = None
         self.decisions.append(how)
+        self.waited_secs.append(waited_secs)
         await self.trigger_user_turn_stopped()

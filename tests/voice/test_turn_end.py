@@ -1,0 +1,82 @@
+"""The meaning turn-stop strategy in a real pipecat pipeline (drafter -> user aggregator ->
+DiffusionLLMService on the random-weight engine): a pause inside a sentence ("what time, um,
+... do you open on saturday") does not end the turn, a complete question with its draft ready
+ends it at once, an incomplete one only after the full window; plus the completeness
+heuristic on examples."""
+
+from __future__ import annotations
+
+import pytest
+from pipecat.frames.frames import (
+    InterimTranscriptionFrame,
+    LLMFullResponseStartFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.tests.utils import SleepFrame, run_test
+from test_drafting import CountingEngine, _pipeline
+from voice_fixtures import scaled
+
+from voice.turn_end import MeaningTurnStopStrategy, looks_complete
+
+
+@pytest.mark.parametrize(
+    "text, complete",
+    [
+        ("what time do you open on saturday", True),
+        ("What time do you open on Saturday?", True),
+        ("where are you located", True),
+        ("I need to cancel my appointment.", True),
+        ("what time, um,", False),
+        ("what time um", False),
+        ("what time do you open on", False),
+        ("can I book a", False),
+        ("hello", False),
+        ("", False),
+        ("how much is a cleaning and", False),
+    ],
+)
+def test_looks_complete(text, complete):
+    assert looks_complete(text) is complete
+
+
+def test_window_must_cover_the_vad_pause():
+    with pytest.raises(ValueError, match="window_secs"):
+        MeaningTurnStopStrategy(window_secs=0.1, stop_secs=0.2)
+
+
+async def test_a_pause_inside_a_sentence_does_not_end_the_turn(random_engine):
+    engine = CountingEngine(random_engine)
+    pipeline, llm, meaning = _pipeline(engine, window_secs=0.8)
+    frames = [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        InterimTranscriptionFrame("what time um", "u", "now"), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("what time, um,", "u", "now"),
+        SleepFrame(0.4),  # the caller pauses 0.2 s (VAD) + 0.4 s, then goes on
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        InterimTranscriptionFrame("do you open on saturday", "u", "now"),
+        SleepFrame(scaled(0.2)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("do you open on saturday", "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+    down, _ = await run_test(pipeline, frames_to_send=frames)
+    assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
+    assert meaning.decisions == ["fast"]
+    used = llm.last_answer.turn.used
+    assert used is not None and used.text == "what time, um, do you open on saturday"
+
+
+async def test_an_incomplete_turn_waits_for_the_full_window(random_engine):
+    engine = CountingEngine(random_engine)
+    pipeline, llm, meaning = _pipeline(engine, window_secs=0.6)
+    frames = [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("hello", "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+    down, _ = await run_test(pipeline, frames_to_send=frames)
+    starts = [f for f in down if isinstance(f, LLMFullResponseStartFrame)]
+    assert len(starts) == 1 and meaning.decisions == ["window"]
+    # window 0.6 s from the end of speech = 0.4 s after the VAD stop (stop_secs 0.2)
+    assert 0.4 <= meaning.waited_secs[0] < 0.4 + scaled(0.3)
