@@ -72,7 +72,8 @@ async def _read(ws: Any, state: _State) -> None:
                 continue
             event = protocol.decode_server(message)
             if isinstance(event, protocol.Transcript) and event.final:
-                state.transcript = event.text
+                # one final per speech segment: a turn with pauses has several
+                state.transcript = f"{state.transcript or ''} {event.text}".strip()
             elif isinstance(event, protocol.BotText):
                 state.bot_text.append(event.text)
             elif isinstance(event, protocol.BotStartedSpeaking):
@@ -129,12 +130,15 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     pacer.take_lag_s()
     result.speech_end_t = await _stream_prompt(pacer, prompt)
     if state.latencies:
+        result.premature_eot = True
         result.fail("error", "the server ended the user turn before the prompt ended "
-                             "(split turn; lower speech pauses or raise stop_secs)")
+                             "(premature end of turn)")
         state.latencies = []
     elif state.playout.first_frame_t is not None:
-        result.fail("error", "bot audio arrived while the caller was speaking (the previous "
-                             "answer resumed after a pause longer than --bot-quiet-s)")
+        result.premature_eot = True
+        result.fail("error", "bot audio arrived while the caller was speaking (premature end "
+                             "of turn, or the previous answer resumed after a pause longer "
+                             "than --bot-quiet-s)")
     deadline = result.speech_end_t + config.turn_timeout_s
     while state.error is None and not _turn_over(state, time.time(), config.bot_quiet_s):
         if time.time() > deadline:
@@ -154,7 +158,14 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     result.last_audible_end_t = state.playout.last_audible_end_t
     if state.latencies:
         result.server = state.latencies[0]
-        if result.server.get("interrupted"):
+        turn_end_t = result.server.get("turn_end_t")
+        if (result.status == "ok" and config.shared_clock
+                and isinstance(turn_end_t, (int, float))
+                and turn_end_t < result.speech_end_t - 0.05):
+            result.premature_eot = True   # shared clock: the turn ended before speech did
+            result.fail("error", "the server ended the user turn before the prompt's last "
+                                 "speech (premature end of turn)")
+        if result.server.get("interrupted") and result.status == "ok":
             result.fail("error", "the server reports this turn as interrupted")
     if state.error is not None and result.status == "ok":
         result.fail("error", state.error)
@@ -164,14 +175,17 @@ async def run_browser_session(config: BenchConfig, url: str, session: int,
                               prompts: Sequence[Prompt], concurrency: int,
                               on_turn: Callable[[TurnResult], None]) -> dict[str, Any] | None:
     results = [TurnResult(concurrency=concurrency, session=session, turn=i + 1,
-                          prompt=p.text or p.name) for i, p in enumerate(prompts)]
+                          prompt=p.text or p.name, voice=p.voice)
+               for i, p in enumerate(prompts)]
     reported = 0
     started: dict[str, Any] | None = None
     reader: asyncio.Task | None = None
     try:
         async with connect(url, open_timeout=config.connect_timeout_s, max_size=2**22,
                            ping_interval=None) as ws:
-            overrides = {} if config.stop_secs is None else {"stop_secs": config.stop_secs}
+            overrides = {k: getattr(config, k) for k in ("stop_secs", "turn_window_secs",
+                                                         "eager_drafts")
+                         if getattr(config, k) is not None}
             await ws.send(protocol.SessionStart(config=overrides).encode())
             first = await asyncio.wait_for(ws.recv(), config.connect_timeout_s)
             event = protocol.decode_server(first) if isinstance(first, str) else None

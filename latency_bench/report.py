@@ -71,6 +71,7 @@ class SweepPoint:
     timeouts: int = 0
     wall_s: float | None = None
     error_messages: list[str] = field(default_factory=list)
+    turn_stats: dict[str, Any] = field(default_factory=dict)  # rates/counts (bench voice)
 
     def __post_init__(self) -> None:
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -118,6 +119,7 @@ def build_report(*, kind: str, config: Mapping[str, Any], points: Sequence[Sweep
             "wall_s": point.wall_s,
             **({"error_messages": list(point.error_messages[:20])} if point.error_messages
                else {}),
+            **({"turn_stats": dict(point.turn_stats)} if point.turn_stats else {}),
         })
     report: dict[str, Any] = {
         "schema": SCHEMA_ID,

@@ -12,6 +12,8 @@ Contract:
                        = the server's own endpointing_ms estimate      (otherwise)
     asr_ms, llm_ttft_ms, tts_first_audio_ms, server_ms  = the server's latency event
   All times are epoch seconds (`time.time()`); a loopback client shares the server's clock.
+- `premature_eot`: the server ended the user turn (latency event, bot audio, or its turn_end_t)
+  before the prompt's last speech — the caller was cut off; such a turn is also an "error".
 - `to_dict()` is the JSON form stored in a report's optional `turns` list.
 
 Knows nothing about sockets, protocols or report files.
@@ -46,6 +48,9 @@ class TurnResult:
     last_frame_t: float | None = None
     last_audible_end_t: float | None = None
     send_lag_ms: float = 0.0                                # worst lateness of our 20 ms pacing
+    voice: str | None = None                                # the prompt's espeak-ng voice
+    premature_eot: bool = False                             # the server answered or ended the
+                                                            # turn before the prompt's last speech
 
     def fail(self, status: str, message: str) -> None:
         if status not in ("error", "timeout"):

@@ -88,7 +88,8 @@ class AnswerInfo:
         out: dict[str, Any] = {"answer_passes": self.passes}
         if self.turn is not None:
             out.update(draft_hit=self.turn.hit, drafts=self.turn.drafts,
-                       extra_passes=self.turn.extra_passes)
+                       extra_passes=self.turn.extra_passes,
+                       draft_ready_t=self.turn.used.t_first_text if self.turn.used else None)
         return out
 
 

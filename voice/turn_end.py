@@ -15,7 +15,9 @@ decides, polling every 10 ms:
 * no transcript `transcript_timeout_secs` after that -> nothing (noise is not a turn; pipecat's
   own stop watchdog still applies).
 `looks_complete` is a small heuristic: at least two words, not ending on a filler, a
-conjunction, an article, a preposition or a trailing comma. Knows nothing about the engine.
+conjunction, an article, a preposition or a trailing comma, and a question that opens with a
+question word has a verb ("what time" / "how much" are not questions yet). Knows nothing about
+the engine.
 """
 
 from __future__ import annotations
@@ -43,7 +45,16 @@ INCOMPLETE_TAIL = frozenset(
     "um umm uh uhh er erm hmm mm ah and or but so because if then than that which who whose "
     "the a an my your our their this these those some any to of on in at for with from by "
     "about into like as is are was were do does did can could would will should what when "
-    "where how why i you we it me".split()
+    "where how why i you we it me there".split()
+)
+QUESTION_WORDS = frozenset("what when where how which who whose why".split())
+# auxiliaries and the verbs a caller's question is built on (a wh-question without one of
+# these is still going: "what time ...", "how much ...")
+VERBS = frozenset(
+    "is are was were am be do does did done can could will would should shall may might must "
+    "have has had 's 're open opens opened close closes closed cost costs take takes taking "
+    "need needs book booked cancel get offer offers work works accept accepts park start "
+    "starts end ends see go come call pay charge located mean say help know want".split()
 )
 _WORD = re.compile(r"[a-z0-9']+")
 
@@ -52,8 +63,12 @@ def looks_complete(text: str) -> bool:
     stripped = text.strip()
     if not stripped or stripped.endswith((",", "-", "...", "\u2026", ";", ":")):
         return False
-    words = _WORD.findall(stripped.lower())
-    return len(words) >= 2 and words[-1] not in INCOMPLETE_TAIL
+    words = _WORD.findall(stripped.lower().replace("\u2019", "'"))
+    if len(words) < 2 or words[-1] in INCOMPLETE_TAIL:
+        return False
+    if words[0] in QUESTION_WORDS:
+        return any(w in VERBS or w.endswith(("'s", "'re")) for w in words[1:])
+    return True
 
 
 class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):

@@ -14,7 +14,8 @@ audio shows it (`speech_end_t`: the VAD's last speech window, voice.speech_vad) 
 user turn ended (`turn_end_t`: UserStoppedSpeakingFrame); without a speech-tracking VAD it is
 None, never assumed. Each record also says whether the answer came from an eager draft
 (`draft_hit`), how many drafts the turn started (`drafts`) and the engine passes spent on drafts
-that were thrown away (`extra_passes`), from `turn_info()` (voice.llm_service). `playback.flush`
+that were thrown away (`extra_passes`), and whether the answer's first text was ready when the
+turn ended (`answer_ready`), from `turn_info()` (voice.llm_service). `playback.flush`
 is sent at an interruption only while bot audio may still be playing at the client (the bot is
 speaking, or audio sent recently is not yet played out).
 
@@ -233,6 +234,8 @@ class TurnTracker:
             drafts=info.get("drafts"),
             extra_passes=info.get("extra_passes"),
             answer_passes=info.get("answer_passes"),
+            answer_ready=None if info.get("draft_hit") is None else bool(
+                info.get("draft_ready_t") and turn_end_t and info["draft_ready_t"] <= turn_end_t),
         )
         record = asdict(latency)
         return record

@@ -221,6 +221,7 @@ class Latency(Event):
     drafts: int | None = None            # drafts started during this user turn
     extra_passes: int | None = None      # engine passes of drafts thrown away this turn
     answer_passes: int | None = None     # engine passes of the answer itself
+    answer_ready: bool | None = None     # the draft had text when the turn ended (drafts on)
 
 
 @dataclass(frozen=True)
