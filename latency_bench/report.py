@@ -43,7 +43,7 @@ SCHEMA_ID = "diffvoice.latency/1"
 # The voice benchmark's stages, in pipeline order (the order tables and plots use).
 VOICE_STAGES: tuple[str, ...] = (
     "voice_to_voice_ms",   # end of user speech -> first bot audio at the client (endpointing in)
-    "endpointing_ms",      # end of user speech -> VAD stop
+    "endpointing_ms",      # end of user speech -> end of the user turn
     "asr_ms",              # VAD stop -> final transcript
     "llm_ttft_ms",         # final transcript -> first LLM text
     "tts_first_audio_ms",  # first LLM text -> first TTS audio produced
@@ -52,7 +52,8 @@ VOICE_STAGES: tuple[str, ...] = (
 
 STAGE_DESCRIPTIONS: dict[str, str] = {
     "voice_to_voice_ms": "end of user speech -> first audible bot audio played at the client",
-    "endpointing_ms": "end of user speech -> server VAD stop (includes stop_secs)",
+    "endpointing_ms": "end of user speech -> the server ended the user turn (VAD pause + "
+                      "the turn-end decision)",
     "asr_ms": "VAD stop -> final transcript",
     "llm_ttft_ms": "final transcript -> first LLM text",
     "tts_first_audio_ms": "first LLM text -> first TTS audio",

@@ -8,8 +8,9 @@ additionally keeps, per analysed 512-sample window whose voice confidence reache
 * `last_speech_t`: the wall-clock time (time.time()) that audio position arrived — the arrival
   time of the analysed buffer minus the audio received after the window's end.
 So at a VAD stop `last_speech_t` is the caller's end of speech as the audio shows it (within one
-32 ms window), and `speech_since(t)` tells whether speech-like audio came after `t` although the
-VAD has not (yet) confirmed a new start. Thread-safe for these readings: the analysis runs in
+32 ms window), `speech_since(t)` tells whether speech-like audio came after `t` and
+`hearing_speech` whether the analyser is in any state but QUIET (e.g. STARTING: speech the VAD
+has not confirmed yet, start_secs not reached). Thread-safe for these readings: the analysis runs in
 pipecat's executor thread and only ever replaces floats.
 """
 
@@ -46,3 +47,8 @@ class SpeechTrackingVAD(SileroVADAnalyzer):
 
     def speech_since(self, t: float) -> bool:
         return self.last_speech_t is not None and self.last_speech_t > t
+
+    @property
+    def hearing_speech(self) -> bool:
+        """The analyser is not QUIET: speech it has not confirmed (STARTING) or still hears."""
+        return self._vad_state is not VADState.QUIET

@@ -4,8 +4,8 @@ utterance (and its eager draft is ready), otherwise after the full silence windo
 A pipecat 1.14 user-turn stop strategy (replaces SpeechTimeoutUserTurnStopStrategy). The VAD runs
 with a short `stop_secs` (e.g. 0.2 s) so that it reports pauses; on each VAD stop this strategy
 decides, polling every 10 ms:
-* the caller resumed (VAD start) -> nothing ends; speech-like audio after the stop that the VAD
-  has not confirmed yet (`speech_since`) holds the decision back too;
+* the caller resumed (VAD start) -> nothing ends; speech the VAD hears but has not confirmed yet
+  (`hearing_speech()`, the analyser's STARTING state) holds the decision back too;
 * a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on) ->
   the turn ends now (fast path);
 * `window_secs` after the caller's end of speech as the audio shows it (`speech_end()`, the
@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Callable
 
+from loguru import logger
 from pipecat.frames.frames import (
     Frame,
     TranscriptionFrame,
@@ -37,7 +38,6 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop.base_user_turn_stop_strategy import BaseUserTurnStopStrategy
 
 POLL_SECS = 0.01
-RESUME_HOLD_SECS = 0.3  # unconfirmed speech after a stop holds the decision this long
 
 # Words a finished sentence rarely ends on: fillers, conjunctions, articles, prepositions,
 # auxiliaries and question words waiting for the rest of the question.
@@ -78,7 +78,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         window_secs: float,
         stop_secs: float,
         speech_end: Callable[[], float | None] = lambda: None,
-        speech_since: Callable[[float], bool] = lambda t: False,
+        hearing_speech: Callable[[], bool] = lambda: False,
         draft_ready: Callable[[str], bool] | None = None,
         complete: Callable[[str], bool] = looks_complete,
         transcript_timeout_secs: float = 3.0,
@@ -91,7 +91,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._window = window_secs
         self._stop_secs = stop_secs
         self._speech_end = speech_end
-        self._speech_since = speech_since
+        self._hearing_speech = hearing_speech
         self._draft_ready = draft_ready
         self._complete = complete
         self._transcript_timeout = transcript_timeout_secs
@@ -147,7 +147,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         give_up = deadline + self._transcript_timeout
         while True:
             now = self._clock()
-            held = self._speech_since(stop_t) and self._recent_speech(now)
+            held = self._hearing_speech()
             if self._text and not held:
                 if self._complete(self._text) and (
                     self._draft_ready is None or self._draft_ready(self._text)
@@ -156,15 +156,14 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
                 if now >= deadline:
                     return await self._end("window", now - stop_t)
             if now >= give_up and not held:
+                logger.debug(f"{self}: no transcript {now - stop_t:.2f} s after the VAD stop")
                 self._task = None
                 return
             await asyncio.sleep(POLL_SECS)
 
-    def _recent_speech(self, now: float) -> bool:
-        end = self._speech_end()
-        return end is not None and now - end < RESUME_HOLD_SECS
-
     async def _end(self, how: str, waited_secs: float) -> None:
+        logger.debug(f"{self}: turn ends ({how}) {waited_secs:.3f} s after the VAD stop: "
+                     f"{self._text!r}")
         self._task = None
         self.decisions.append(how)
         self.waited_secs.append(waited_secs)

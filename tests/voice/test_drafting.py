@@ -59,13 +59,13 @@ class CountingEngine:
         return getattr(self._engine, name)
 
 
-def _pipeline(engine, window_secs=0.8, stop_secs=0.2):
+def _pipeline(engine, window_secs=0.8, stop_secs=0.2, **strategy_kwargs):
     context = LLMContext(messages=[])
     llm = DiffusionLLMService(engine, system_prompt=SYSTEM, max_new_tokens=16,
                               sampling_overrides=RANDOM_LLM, request_prefix="t",
                               draft_context=context)
     meaning = MeaningTurnStopStrategy(window_secs=window_secs, stop_secs=stop_secs,
-                                      draft_ready=llm.drafts.ready)
+                                      draft_ready=llm.drafts.ready, **strategy_kwargs)
     pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()],
                                                 stop=[meaning])))

@@ -6,6 +6,8 @@ heuristic on examples."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pipecat.frames.frames import (
     InterimTranscriptionFrame,
@@ -86,3 +88,26 @@ async def test_an_incomplete_turn_waits_for_the_full_window(random_engine):
     assert len(starts) == 1 and meaning.decisions == ["window"]
     # window 0.6 s from the end of speech = 0.4 s after the VAD stop (stop_secs 0.2)
     assert 0.4 <= meaning.waited_secs[0] < 0.4 + scaled(0.3)
+
+
+async def test_speech_the_vad_has_not_confirmed_holds_the_turn_open(random_engine):
+    """A caller who resumes late in the window (the VAD is STARTING: start_secs not reached)
+    is not cut off: the window expires while the VAD hears speech, and the turn ends only once
+    the analyser is quiet again."""
+    engine = CountingEngine(random_engine)
+    first_poll: list[float] = []
+
+    def hearing_speech() -> bool:  # the fake VAD hears unconfirmed speech for 0.6 s
+        first_poll.append(time.monotonic()) if not first_poll else None
+        return time.monotonic() - first_poll[0] < 0.6
+
+    pipeline, llm, meaning = _pipeline(engine, window_secs=0.4, hearing_speech=hearing_speech)
+    frames = [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("how much", "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+    await run_test(pipeline, frames_to_send=frames)
+    # the window (0.2 s after the stop) expired while the VAD heard speech: held until quiet
+    assert meaning.decisions == ["window"]
+    assert 0.6 <= meaning.waited_secs[0] < 0.6 + scaled(0.3)
