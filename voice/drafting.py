@@ -6,7 +6,8 @@ Contract:
   context + `text` as the user message, the same system prompt and sampling parameters as the
   LLM service). A draft for the same normalised messages is kept; a different one replaces the
   current draft, which is aborted. Drafts collect their deltas in the background.
-* `ready(text)`: the current draft answers `text` and has text to speak (or finished cleanly).
+* `ready(text)`: the current draft answers `text` and has text to speak (or finished cleanly);
+  `drafting(text)`: the current draft answers `text` and has not failed (it may still run).
 * `take(messages)` is called by the LLM service when the turn ends: if the current draft was
   made for exactly these messages (normalised: case, punctuation, whitespace), it is promoted to
   a real request and returned — the caller streams `draft.stream()` instead of asking the engine
@@ -162,6 +163,11 @@ class DraftManager:
     def ready(self, text: str) -> bool:
         draft = self.current
         return draft is not None and draft.ready and draft.key == messages_key(
+            self.messages_for(text))
+
+    def drafting(self, text: str) -> bool:
+        draft = self.current
+        return draft is not None and draft.usable and draft.key == messages_key(
             self.messages_for(text))
 
     def take(self, messages: list[dict]) -> Draft | None:

@@ -6,12 +6,13 @@ with a short `stop_secs` (e.g. 0.2 s) so that it reports pauses; on each VAD sto
 decides, polling every 10 ms:
 * the caller resumed (VAD start) -> nothing ends; speech the VAD hears but has not confirmed yet
   (`hearing_speech()`, the analyser's STARTING state) holds the decision back too;
-* a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on) ->
-  the turn ends now (fast path);
-* `window_secs` after the caller's end of speech as the audio shows it (`speech_end()`, the
-  VAD's last speech window; VAD stop - stop_secs if unknown) with a transcript in -> the turn
-  ends (the full window: pauses inside a sentence, "what time, um, do you open", stay within
-  it);
+* a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on: a
+  draft for exactly this text is running or done, voice.drafting) -> the turn ends now (fast
+  path; the draft is promoted and streams as soon as it has text);
+* `window_secs` after the caller's last speech as the audio shows it (`speech_end()`, the VAD's
+  last speech window, confirmed or not — a short "um" the VAD never confirmed moves it; VAD
+  stop - stop_secs if unknown) with a transcript in -> the turn ends (the full window: pauses
+  inside a sentence, "what time, um, do you open", stay within it);
 * no transcript `transcript_timeout_secs` after that -> nothing (noise is not a turn; pipecat's
   own stop watchdog still applies).
 `looks_complete` is a small heuristic: at least two words, not ending on a filler, a
@@ -143,10 +144,12 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
                                                    f"{self}::decide")
 
     async def _decide(self, stop_t: float, speech_end_t: float) -> None:
-        deadline = speech_end_t + self._window
-        give_up = deadline + self._transcript_timeout
         while True:
             now = self._clock()
+            heard = self._speech_end()
+            last_speech = max(speech_end_t, heard) if heard is not None else speech_end_t
+            deadline = last_speech + self._window
+            give_up = deadline + self._transcript_timeout
             held = self._hearing_speech()
             if self._text and not held:
                 if self._complete(self._text) and (

@@ -9,8 +9,10 @@ that were written to the client, bot started/stopped speaking, interruptions).
 A turn starts at LLMFullResponseStartFrame and takes the user side (last VAD stop, last final
 transcript, text) gathered since the previous turn. Its record is emitted when its first audio
 frame has been sent, or — without audio — when the turn is interrupted, ends empty, or the next
-turn/session end arrives. `endpointing_ms` is measured: from the caller's end of speech as the
-audio shows it (`speech_end_t`: the VAD's last speech window, voice.speech_vad) to the moment the
+turn/session end arrives; its `bot_text` is the answer text known at that moment (the text that
+is being spoken first; later deltas follow as `bot.text` events). `endpointing_ms` is measured:
+from the caller's end of speech as the audio shows it (`speech_end_t`: the VAD's last speech
+window, voice.speech_vad) to the moment the
 user turn ended (`turn_end_t`: UserStoppedSpeakingFrame); without a speech-tracking VAD it is
 None, never assumed. Each record also says whether the answer came from an eager draft
 (`draft_hit`), how many drafts the turn started (`drafts`) and the engine passes spent on drafts

@@ -111,3 +111,26 @@ async def test_speech_the_vad_has_not_confirmed_holds_the_turn_open(random_engin
     # the window (0.2 s after the stop) expired while the VAD heard speech: held until quiet
     assert meaning.decisions == ["window"]
     assert 0.6 <= meaning.waited_secs[0] < 0.6 + scaled(0.3)
+
+
+async def test_the_window_counts_from_the_last_speech_heard(random_engine):
+    """A short "um" after the first pause that the VAD never confirmed still moves the end of
+    speech: the window runs from it, not from the first VAD stop."""
+    engine = CountingEngine(random_engine)
+    first_poll: list[float] = []
+
+    def speech_end() -> float | None:  # a blip of speech 0.15 s after the stop
+        if not first_poll:
+            first_poll.append(time.time())
+        return first_poll[0] + (0.15 if time.time() - first_poll[0] >= 0.15 else -0.2)
+
+    pipeline, llm, meaning = _pipeline(engine, window_secs=0.4, speech_end=speech_end)
+    frames = [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("what time", "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+    await run_test(pipeline, frames_to_send=frames)
+    assert meaning.decisions == ["window"]
+    # without the blip: 0.2 s after the stop; with it: 0.15 + window 0.4
+    assert 0.55 <= meaning.waited_secs[0] < 0.55 + scaled(0.3)
