@@ -81,7 +81,7 @@ class ServeConfig:
         metadata=_help("also run pipecat's bundled smart-turn model to decide end of turn"),
     )
     turn_window_secs: float = field(
-        default=0.8,
+        default=1.0,
         metadata=_help(
             "longest silence, from the caller's end of speech, before a turn ends anyway "
             "(pauses inside a sentence stay shorter); equal to stop_secs: plain silence "
