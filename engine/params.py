@@ -93,7 +93,7 @@ class EngineConfig:
     static_shapes: bool = False
     kernels: str = "auto"
     default_params: SamplingParams = field(default_factory=SamplingParams)
-    max_drafts: int = 4
+    max_drafts: int = 8
     drafts_share_passes: bool = False
 
     def __post_init__(self) -> None:

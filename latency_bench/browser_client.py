@@ -165,6 +165,11 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
             result.premature_eot = True   # shared clock: the turn ended before speech did
             result.fail("error", "the server ended the user turn before the prompt's last "
                                  "speech (premature end of turn)")
+        ends = result.server.get("user_turn_ends")
+        if result.status == "ok" and isinstance(ends, int) and ends > 1:
+            result.premature_eot = True   # cut at a pause; that answer was dropped unheard
+            result.fail("error", f"the server ended the user turn {ends} times during the "
+                                 "prompt (premature end of turn)")
         if result.server.get("interrupted") and result.status == "ok":
             result.fail("error", "the server reports this turn as interrupted")
     if state.error is not None and result.status == "ok":

@@ -7,7 +7,8 @@ Contract:
   LLM service). A draft for the same normalised messages is kept; a different one replaces the
   current draft, which is aborted. Drafts collect their deltas in the background.
 * `ready(text)`: the current draft answers `text` and has text to speak (or finished cleanly);
-  `drafting(text)`: the current draft answers `text` and has not failed (it may still run).
+  `drafting(text)`: the current draft was made for `text` (running, done, or refused by a busy
+  engine — then the answer is simply a normal request): nothing is gained by waiting.
 * `take(messages)` is called by the LLM service when the turn ends: if the current draft was
   made for exactly these messages (normalised: case, punctuation, whitespace), it is promoted to
   a real request and returned — the caller streams `draft.stream()` instead of asking the engine
@@ -167,8 +168,7 @@ class DraftManager:
 
     def drafting(self, text: str) -> bool:
         draft = self.current
-        return draft is not None and draft.usable and draft.key == messages_key(
-            self.messages_for(text))
+        return draft is not None and draft.key == messages_key(self.messages_for(text))
 
     def take(self, messages: list[dict]) -> Draft | None:
         """The draft made for exactly `messages` (promoted to a real request), else None."""

@@ -133,6 +133,7 @@ def build_pipeline(
     meaning = MeaningTurnStopStrategy(
         window_secs=window, stop_secs=stop_secs,
         speech_end=lambda: vad.last_speech_t, hearing_speech=lambda: vad.hearing_speech,
+        silence_heard=lambda: vad.silence_secs,
         draft_ready=llm.drafts.drafting if llm.drafts is not None else None,
     )  # fmt: skip
     aggregators = LLMContextAggregatorPair(

@@ -8,7 +8,8 @@ additionally keeps, per analysed 512-sample window whose voice confidence reache
 * `last_speech_t`: the wall-clock time (time.time()) that audio position arrived — the arrival
   time of the analysed buffer minus the audio received after the window's end.
 So at a VAD stop `last_speech_t` is the caller's end of speech as the audio shows it (within one
-32 ms window), `speech_since(t)` tells whether speech-like audio came after `t` and
+32 ms window), `silence_secs` the silence analysed since then (stream time), `speech_since(t)`
+tells whether speech-like audio came after `t` and
 `hearing_speech` whether the analyser is in any state but QUIET (e.g. STARTING: speech the VAD
 has not confirmed yet, start_secs not reached). Thread-safe for these readings: the analysis runs in
 pipecat's executor thread and only ever replaces floats.
@@ -47,6 +48,14 @@ class SpeechTrackingVAD(SileroVADAnalyzer):
 
     def speech_since(self, t: float) -> bool:
         return self.last_speech_t is not None and self.last_speech_t > t
+
+    @property
+    def silence_secs(self) -> float | None:
+        """Seconds of analysed audio since the last speech window (stream time, so a VAD that
+        lags behind the caller under load never counts silence it has not heard yet)."""
+        if self.last_speech_pos_s is None:
+            return None
+        return self._analysed / (self.sample_rate or 16000) - self.last_speech_pos_s
 
     @property
     def hearing_speech(self) -> bool:

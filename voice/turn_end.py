@@ -9,10 +9,12 @@ decides, polling every 10 ms:
 * a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on: a
   draft for exactly this text is running or done, voice.drafting) -> the turn ends now (fast
   path; the draft is promoted and streams as soon as it has text);
-* `window_secs` after the caller's last speech as the audio shows it (`speech_end()`, the VAD's
-  last speech window, confirmed or not — a short "um" the VAD never confirmed moves it; VAD
-  stop - stop_secs if unknown) with a transcript in -> the turn ends (the full window: pauses
-  inside a sentence, "what time, um, do you open", stay within it);
+* `window_secs` of silence after the caller's last speech with a transcript in -> the turn ends
+  (the full window: pauses inside a sentence, "what time, um, do you open", stay within it).
+  The silence is counted in stream time when `silence_heard()` gives it (the VAD's analysed
+  audio since its last speech window, confirmed or not: a short "um" the VAD never confirmed
+  restarts it, and a VAD lagging behind under load never counts silence it has not analysed);
+  else in wall-clock time from `speech_end()` (VAD stop - stop_secs if unknown);
 * no transcript `transcript_timeout_secs` after that -> nothing (noise is not a turn; pipecat's
   own stop watchdog still applies).
 `looks_complete` is a small heuristic: at least two words, not ending on a filler, a
@@ -80,6 +82,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         stop_secs: float,
         speech_end: Callable[[], float | None] = lambda: None,
         hearing_speech: Callable[[], bool] = lambda: False,
+        silence_heard: Callable[[], float | None] = lambda: None,
         draft_ready: Callable[[str], bool] | None = None,
         complete: Callable[[str], bool] = looks_complete,
         transcript_timeout_secs: float = 3.0,
@@ -93,6 +96,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._stop_secs = stop_secs
         self._speech_end = speech_end
         self._hearing_speech = hearing_speech
+        self._silence_heard = silence_heard
         self._draft_ready = draft_ready
         self._complete = complete
         self._transcript_timeout = transcript_timeout_secs
@@ -150,13 +154,15 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
             last_speech = max(speech_end_t, heard) if heard is not None else speech_end_t
             deadline = last_speech + self._window
             give_up = deadline + self._transcript_timeout
+            silence = self._silence_heard()
+            window_over = now >= deadline if silence is None else silence >= self._window
             held = self._hearing_speech()
             if self._text and not held:
                 if self._complete(self._text) and (
                     self._draft_ready is None or self._draft_ready(self._text)
                 ):
                     return await self._end("fast", now - stop_t)
-                if now >= deadline:
+                if window_over:
                     return await self._end("window", now - stop_t)
             if now >= give_up and not held:
                 logger.debug(f"{self}: no transcript {now - stop_t:.2f} s after the VAD stop")

@@ -17,7 +17,9 @@ user turn ended (`turn_end_t`: UserStoppedSpeakingFrame); without a speech-track
 None, never assumed. Each record also says whether the answer came from an eager draft
 (`draft_hit`), how many drafts the turn started (`drafts`) and the engine passes spent on drafts
 that were thrown away (`extra_passes`), and whether the answer's first text was ready when the
-turn ended (`answer_ready`), from `turn_info()` (voice.llm_service). `playback.flush`
+turn ended (`answer_ready`), from `turn_info()` (voice.llm_service); `user_turn_ends` counts the
+user turns that ended since the previous answer began (2 or more: a turn was cut in two and the
+first part's answer never reached the caller). `playback.flush`
 is sent at an interruption only while bot audio may still be playing at the client (the bot is
 speaking, or audio sent recently is not yet played out).
 
@@ -69,6 +71,7 @@ class _Turn:
     speech_end_t: float | None = None
     turn_end_t: float | None = None
     draft_info: object | None = None  # voice.llm_service.AnswerInfo (read when reported)
+    user_turn_ends: int = 0
     llm_first_text_t: float | None = None
     tts_first_audio_t: float | None = None
     first_audio_sent_t: float | None = None
@@ -93,6 +96,7 @@ class TurnTracker:
         self._turn_info = turn_info
         self._speech_end_t: float | None = None
         self._turn_end_t: float | None = None
+        self._turn_ends = 0  # user turns ended since the last answer started
         self._bot_speaking = False
         self._playing_until = 0.0  # client clock estimate: when the audio sent so far ends
         self.session_id = session_id
@@ -136,6 +140,7 @@ class TurnTracker:
             self._speech_end_t = end if end is not None and end <= now else None
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._turn_end_t = now
+            self._turn_ends += 1
         elif isinstance(frame, TranscriptionFrame):
             text = frame.text.strip()
             if text:
@@ -158,7 +163,9 @@ class TurnTracker:
                 speech_end_t=self._speech_end_t,
                 turn_end_t=self._turn_end_t,
                 draft_info=self._turn_info() if self._turn_info is not None else None,
+                user_turn_ends=self._turn_ends,
             )
+            self._turn_ends = 0
             self._vad_stop_t = self._transcript_t = None
             self._speech_end_t = self._turn_end_t = None
             self._user_text = []
@@ -236,6 +243,7 @@ class TurnTracker:
             drafts=info.get("drafts"),
             extra_passes=info.get("extra_passes"),
             answer_passes=info.get("answer_passes"),
+            user_turn_ends=turn.user_turn_ends,
             answer_ready=None if info.get("draft_hit") is None else bool(
                 info.get("draft_ready_t") and turn_end_t and info["draft_ready_t"] <= turn_end_t),
         )

@@ -31,3 +31,15 @@ async def test_reports_where_and_when_speech_ended(speech):
     frame_end = min(k for k in arrival if k >= end_sample * 2)
     assert abs(vad.last_speech_t - arrival[frame_end]) < 0.5
     assert vad.speech_since(vad.last_speech_t - 1.0) and not vad.speech_since(time.time())
+
+
+async def test_silence_is_counted_in_analysed_stream_time(speech):
+    pcm = speech("where are you located", lead_silence=0.3, tail_silence=0.8)
+    _, true_end_s = speech_bounds(np.frombuffer(pcm, dtype=np.int16))
+    vad = SpeechTrackingVAD(params=VADParams(stop_secs=0.2))
+    vad.set_sample_rate(16000)
+    assert vad.silence_secs is None
+    cut = int((true_end_s + 0.4) * 16000) * 2 // 640 * 640  # speech + 0.4 s of its silence
+    for offset in range(0, cut, 640):
+        await vad.analyze_audio(pcm[offset: offset + 640])
+    assert 0.3 < vad.silence_secs < 0.45  # the silence analysed, not the wall time

@@ -134,3 +134,26 @@ async def test_the_window_counts_from_the_last_speech_heard(random_engine):
     assert meaning.decisions == ["window"]
     # without the blip: 0.2 s after the stop; with it: 0.15 + window 0.4
     assert 0.55 <= meaning.waited_secs[0] < 0.55 + scaled(0.3)
+
+
+async def test_a_lagging_vad_never_counts_silence_it_has_not_analysed(random_engine):
+    """Under load the VAD may analyse audio late: the window is counted in the stream's
+    silence (here heard at half the wall-clock rate), so the turn waits for it."""
+    engine = CountingEngine(random_engine)
+    first_poll: list[float] = []
+
+    def silence_heard() -> float:
+        if not first_poll:
+            first_poll.append(time.monotonic())
+        return 0.2 + (time.monotonic() - first_poll[0]) * 0.5  # 0.2 s at the VAD stop
+
+    pipeline, llm, meaning = _pipeline(engine, window_secs=0.5, silence_heard=silence_heard)
+    frames = [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("how much", "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+    await run_test(pipeline, frames_to_send=frames)
+    assert meaning.decisions == ["window"]
+    # wall clock alone would end at 0.3 s after the stop; 0.3 s more silence takes 0.6 s here
+    assert 0.6 <= meaning.waited_secs[0] < 0.6 + scaled(0.3)

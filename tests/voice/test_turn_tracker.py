@@ -86,6 +86,7 @@ async def test_turn_record_matches_direct_computation(seed):
     assert r["server_ms"] == ms("vad", "sent")
     assert r["endpointing_ms"] == ms("speech", "end")
     assert (r["speech_end_t"], r["turn_end_t"]) == (stamps["speech"], stamps["end"])
+    assert r["user_turn_ends"] == 1
     assert (r["turn"], r["session_id"], r["stop_secs"]) == (1, "s1", stop_secs)
     assert r["user_text"] == "when do you open" and r["bot_text"] == "We open at nine."
     assert r["interrupted"] is False

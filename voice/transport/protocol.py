@@ -222,6 +222,7 @@ class Latency(Event):
     extra_passes: int | None = None      # engine passes of drafts thrown away this turn
     answer_passes: int | None = None     # engine passes of the answer itself
     answer_ready: bool | None = None     # the draft had text when the turn ended (drafts on)
+    user_turn_ends: int | None = None    # user turns ended since the previous answer began
 
 
 @dataclass(frozen=True)
