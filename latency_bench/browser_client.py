@@ -14,9 +14,10 @@ one WebSocket, sends `session.start` (with `stop_secs` when configured), then fo
 It calls `on_turn(TurnResult)` once per prompt, in order, whatever happens: a server `error`
 event, a closed socket or a failed connect marks the current and all remaining turns "error"
 with the reason. A `latency` event that arrives while the prompt is still streaming means the
-server cut the user's turn in two, and bot audio arriving while the prompt is still streaming
-means the previous answer was not over: both mark the turn "error" (never a negative or
-misattributed latency). `session.started` is
+server cut the user's turn in two, and bot audio arriving before the prompt's last speech
+means the server answered too early or the previous answer was not over: both mark the turn
+"error" and `premature_eot` (never a negative or misattributed latency); an answer that starts
+in the prompt's trailing silence, after its last speech, is a normal turn. `session.started` is
 returned (or None) so the caller can record model, ASR, TTS and stop_secs.
 Knows nothing about reports or other sessions.
 """
@@ -50,6 +51,7 @@ class _State:
         self.playout = Playout(output_rate, threshold_db)
         self.error: str | None = None
         self.latencies: list[dict[str, Any]] = []
+        self.latency_times: list[float] = []       # arrival (client clock) of each latency
         self.transcript: str | None = None
         self.bot_text: list[str] = []
         self.bot_speaking = False
@@ -58,6 +60,7 @@ class _State:
     def start_turn(self) -> None:
         self.playout.start_turn()
         self.latencies = []
+        self.latency_times = []
         self.transcript = None
         self.bot_text = []
         self.bot_spoke = False
@@ -84,6 +87,7 @@ async def _read(ws: Any, state: _State) -> None:
                 state.playout.flush(now)
             elif isinstance(event, protocol.Latency):
                 state.latencies.append(event.to_dict())
+                state.latency_times.append(now)
             elif isinstance(event, protocol.Error):
                 state.error = f"server error {event.code}: {event.message}"
     except ConnectionClosed as exc:
@@ -129,12 +133,16 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     state.start_turn()
     pacer.take_lag_s()
     result.speech_end_t = await _stream_prompt(pacer, prompt)
-    if state.latencies:
+    # an answer inside the prompt's trailing silence is fine; before its last speech it is not
+    early = [i for i, t in enumerate(state.latency_times) if t < result.speech_end_t]
+    if early:
         result.premature_eot = True
         result.fail("error", "the server ended the user turn before the prompt ended "
                              "(premature end of turn)")
-        state.latencies = []
-    elif state.playout.first_frame_t is not None:
+        state.latencies = [x for i, x in enumerate(state.latencies) if i not in early]
+        state.latency_times = [t for i, t in enumerate(state.latency_times) if i not in early]
+    elif (state.playout.first_frame_t is not None
+          and state.playout.first_frame_t < result.speech_end_t):
         result.premature_eot = True
         result.fail("error", "bot audio arrived while the caller was speaking (premature end "
                              "of turn, or the previous answer resumed after a pause longer "

@@ -59,7 +59,7 @@ VERBS = frozenset(
     "need needs book booked cancel get offer offers work works accept accepts park start "
     "starts end ends see go come call pay charge located mean say help know want".split()
 )
-_WORD = re.compile(r"[a-z0-9']+")
+_WORD = re.compile(r"[a-z0-9']+(?:-[a-z0-9']+)*")  # "doo-o-o" (a stutter) is one word
 
 
 def looks_complete(text: str) -> bool:

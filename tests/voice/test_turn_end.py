@@ -41,6 +41,8 @@ from voice.turn_end import MeaningTurnStopStrategy, looks_complete
         ("what time do you open on", False),
         ("can I book a", False),
         ("hello", False),
+        ("Doo-o-o", False),
+        ("Do-you", False),
         ("", False),
         ("how much is a cleaning and", False),
     ],
