@@ -19,7 +19,7 @@ $(VENV)/.runtime-stamp: pyproject.toml
 	touch $@
 
 $(VENV)/.dev-stamp: $(VENV)/.runtime-stamp
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,ray]"
 	touch $@
 
 setup: $(VENV)/.runtime-stamp

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from engine.decoding import resolve
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
@@ -107,14 +108,15 @@ class Engine:
             raise ValueError("messages must be a non-empty list")
         prompt = self.tokenizer.encode_chat(messages)
         mc = self.model_config
+        params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         model_block = mc.block_size if mc.block_causal else 0
-        decode_block = params.block_size or (model_block or 32)
+        decode_block = params.block_size
         if model_block and model_block % decode_block:
             raise ValueError(f"block_size {decode_block} must divide the model's trained block "
                              f"{model_block} ({self.model_name} is block-causal)")
         seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
                        params, model_block, decode_block, int(mc.logit_shift),
-                       self.config.prefix_cache)
+                       self.config.prefix_cache and rules.prefix_cache, rules=rules)
         if seq.canvas_end > self.max_seq_len:
             raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
                              f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")

@@ -67,6 +67,7 @@ def create_app(state: AppState) -> FastAPI:
                 "max_sessions": config.max_sessions,
                 "engine": _engine_stats(state),
                 "warnings": state.warnings,
+                "replica": state.replica_id,
             }
         )
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from engine.params import POLICIES, SamplingParams
+from engine.params import DECODINGS, POLICIES, SamplingParams
 
 
 class OpenAIError(Exception):
@@ -69,6 +69,7 @@ _KNOWN = frozenset({
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
     "stream", "stream_options", "n", "reasoning_effort",
     "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
+    "decoding",
 })
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -212,6 +213,12 @@ def _knobs(body: dict, defaults: SamplingParams) -> dict[str, Any]:
         overrides["entropy_bound"] = float(bound)
         if policy is None:
             overrides["policy"] = "entropy"
+    decoding = body.get("decoding")  # the family's own decoding ("reference") or "fast"
+    if decoding is not None:
+        if decoding not in DECODINGS:
+            raise _invalid(f"'decoding' must be one of {list(DECODINGS)}, got {decoding!r}.",
+                           "decoding")
+        overrides["decoding"] = decoding
     ignore_eos = body.get("ignore_eos")
     if ignore_eos is not None:
         if not isinstance(ignore_eos, bool):

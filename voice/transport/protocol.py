@@ -133,6 +133,7 @@ class SessionStarted(Event):
     tts: str
     warnings: list[str] = field(default_factory=list)
     protocol_version: int = PROTOCOL_VERSION
+    replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,7 @@ class Latency(Event):
     answer_passes: int | None = None     # engine passes of the answer itself
     answer_ready: bool | None = None     # the draft had text when the turn ended (drafts on)
     user_turn_ends: int | None = None    # user turns ended since the previous answer began
+    replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 
 @dataclass(frozen=True)
