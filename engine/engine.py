@@ -45,6 +45,7 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    queue_s: float | None = None  # submit -> admitted to a slot (time spent queued)
     passes: int = 0  # denoising passes this request has taken so far
 
 
@@ -99,14 +100,16 @@ class Engine:
         return cls(loaded, config)
 
     # ------------------------------------------------------------------ caller side
-    def prepare(self, messages: list[dict], params: SamplingParams,
+    def prepare(self, messages: list[dict] | str, params: SamplingParams,
                 request_id: str | None = None) -> Sequence:
         """Validate and tokenize a request (raises ValueError naming the problem)."""
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
-        prompt = self.tokenizer.encode_chat(messages)
+        # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
+        prompt = (self.tokenizer.encode(messages) if isinstance(messages, str)
+                  else self.tokenizer.encode_chat(messages))
         mc = self.model_config
         params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         model_block = mc.block_size if mc.block_causal else 0
@@ -122,7 +125,7 @@ class Engine:
                              f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
         return seq
 
-    async def generate(self, messages: list[dict], params: SamplingParams | None = None,
+    async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None, *, draft: bool = False
                        ) -> AsyncIterator[Delta]:
         """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
@@ -266,7 +269,9 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit, seq.passes))
+            now - seq.t_submit,
+            seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None,
+            passes=seq.passes))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)

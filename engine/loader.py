@@ -9,6 +9,7 @@ unexpected tensor, or a shape mismatch raises an error naming the file and the t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -198,9 +199,19 @@ def save_checkpoint(model: DiffusionLM, out_dir: str | Path,
             json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2) + "\n")
     else:
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    _umask_mode(out.glob("*.safetensors"))
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             src = Path(tokenizer_dir) / name
             if src.is_file() and src.resolve() != (out / name).resolve():
                 shutil.copy(src, out / name)
     return out
+
+
+def _umask_mode(paths) -> None:
+    """safetensors writes through a private temp file (mode 0600); give the weights the mode any
+    other file written here gets (0666 minus the umask), so a shared checkpoint is readable."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~umask)

@@ -132,6 +132,7 @@ class Scheduler:
             seq.slot, seq.cache_len = self._pick_slot(seq)
             self.reused_tokens += seq.cache_len
             seq.status = Status.RUNNING
+            seq.t_scheduled = time.perf_counter()
             self.running[seq.slot] = seq
             admitted.append(seq)
         self.shed_total += len(self.shed)

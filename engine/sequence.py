@@ -59,6 +59,7 @@ class Sequence:
     rules: DecodeRules = FAST
     ar_pos: int = -1  # block start whose first token the first-token pass committed
     cache_dirty: int = -1  # first cached position a pass rewrote (SDAR's top-k), -1 = none
+    t_scheduled: float | None = None  # when it left the waiting queue for a slot
 
     def __post_init__(self) -> None:
         self.d_start = self.prompt_len

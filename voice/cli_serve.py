@@ -120,9 +120,25 @@ def run(args: argparse.Namespace) -> int:
         app = build_app(state)
         url = f"http://{config.host}:{config.port}/"
         logger.info(f"serving {'the API' if config.api_only else 'the voice demo'} at {url}")
+        for line in twilio_banner(config):
+            logger.info(line)
         uvicorn.run(
             app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20
         )
     finally:
         state.engine.close()
     return 0
+
+
+def twilio_banner(config: ServeConfig) -> list[str]:
+    """The Twilio start-up banner (docs/telephony.md): the URLs to paste into the Twilio console
+    and any security warning, when Twilio is configured (an auth token, a public URL, or
+    signature checks turned off) and the voice routes are served; else nothing."""
+    from voice.telephony.config import TelephonyConfig, webhook_banner
+
+    telephony = TelephonyConfig.from_serve_config(config)
+    configured = bool(telephony.twilio_auth_token or telephony.public_url
+                      or not telephony.twilio_validate)
+    if config.api_only or not configured:
+        return []
+    return webhook_banner(telephony).splitlines()

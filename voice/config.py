@@ -21,11 +21,11 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from engine.assets import default_model_dir, web_dir
 from voice.transport.protocol import STOP_SECS_RANGE
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"
-DEFAULT_WEB_DIR = REPO_ROOT / "web"
+DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
+DEFAULT_WEB_DIR = web_dir()
 ASR_CHOICES_HELP = (
     '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, '
     '"pocketsphinx" (domain LM) or "pocketsphinx-general"'
@@ -157,6 +157,14 @@ class ServeConfig:
         default=None,
         metadata=_help('Ray cluster to join ("auto", "ray://host:10001"); default: start one'),
     )
+    # --- OpenAI API naming (vLLM's --served-model-name) ---
+    served_model_name: str | None = field(
+        default=None,
+        metadata=_help(
+            "model name(s) the /v1 API lists and answers to, comma-separated (default: the "
+            "model directory's name)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -214,6 +222,9 @@ class ServeConfig:
             raise ValueError(
                 f"public_url must start with http:// or https://, got {self.public_url!r}"
             )
+        if self.served_model_name is not None and not _split_csv(self.served_model_name):
+            raise ValueError("served_model_name must name at least one model, got "
+                             f"{self.served_model_name!r}")
 
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)

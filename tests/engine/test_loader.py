@@ -96,3 +96,17 @@ def test_config_validation_names_field():
     with pytest.raises(ValueError, match="block_size"):
         ModelConfig(family="sdar", vocab_size=10, hidden_size=8, num_layers=1, num_heads=2,
                     num_kv_heads=2, head_dim=8, intermediate_size=8)
+
+
+@pytest.mark.parametrize("shard_size", [None, 5])
+def test_saved_weights_get_the_umask_mode_not_0600(tmp_path, shard_size):
+    import os
+    import stat
+
+    path = make_random_checkpoint(tmp_path / "w", family="sdar", shard_size=shard_size)
+    umask = os.umask(0)
+    os.umask(umask)
+    weights = list(path.glob("*.safetensors"))
+    assert weights
+    for w in weights:
+        assert stat.S_IMODE(w.stat().st_mode) == 0o666 & ~umask, w

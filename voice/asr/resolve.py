@@ -23,7 +23,7 @@ from typing import Any
 
 from loguru import logger
 
-from voice.config import REPO_ROOT
+from engine.assets import source_root
 
 AUTO_WHISPER_NAMES = ("tiny.en", "base.en", "small.en", "distil-small.en", "tiny", "base")
 
@@ -68,7 +68,8 @@ def _is_ct2_dir(path: Path) -> bool:
 
 def _local_candidates() -> list[str]:
     found = []
-    for root in sorted(REPO_ROOT.glob("models/whisper*")):
+    repo = source_root()  # local Whisper dirs live in a checkout's models/, never in a wheel
+    for root in sorted(repo.glob("models/whisper*")) if repo is not None else ():
         if _is_ct2_dir(root):
             found.append(str(root))
         found.extend(str(p.parent) for p in sorted(root.glob("*/model.bin")))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +242,14 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
                           f"{', '.join(model_ids)}.", param="model", code="model_not_found")
     messages = _parse_messages(body.get("messages"))
 
+    stream, include_usage = stream_flags(body)
+    params = sampling_params(body, defaults)
+    return ChatRequest(model=model, messages=messages, params=params, stream=stream,
+                       include_usage=include_usage)
+
+
+def stream_flags(body: dict) -> tuple[bool, bool]:
+    """(stream, stream_options.include_usage) of a chat or completions body; n must be 1."""
     n = _int_field(body, "n", 1)
     if n is not None and n != 1:
         raise _invalid("Only n=1 is supported.", "n", "unsupported_value")
@@ -261,7 +270,13 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
         if not isinstance(include_usage, bool):
             raise _invalid("'stream_options.include_usage' must be a boolean.",
                            "stream_options.include_usage")
+    return stream, include_usage
 
+
+def sampling_params(body: dict, defaults: SamplingParams) -> SamplingParams:
+    """The SamplingParams of a chat or completions body: knobs, max_tokens, temperature, seed,
+    stop on top of `defaults`. Errors name the API's fields (`max_tokens`, not the engine's
+    `max_new_tokens`)."""
     fields: dict[str, Any] = _knobs(body, defaults)
     max_tokens = _max_tokens(body)
     if max_tokens is not None:
@@ -280,13 +295,23 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
     if body.get("stop") is not None:
         fields["stop"] = _stop(body["stop"])
     try:
-        params = dataclasses.replace(defaults, **fields)
+        return dataclasses.replace(defaults, **fields)
     except ValueError as exc:  # SamplingParams names the field in its message
-        raise _invalid(str(exc), _param_from_message(str(exc))) from exc
-    return ChatRequest(model=model, messages=messages, params=params, stream=stream,
-                       include_usage=include_usage)
+        raise _invalid(api_field_names(str(exc)), _param_from_message(str(exc))) from exc
+
+
+# engine field -> the API's name for it, in error messages the client reads
+_API_NAMES = {"max_new_tokens": "max_tokens"}
+
+
+def api_field_names(message: str) -> str:
+    """`message` with the engine's field names replaced by the API's (max_new_tokens ->
+    max_tokens), so an error names what the client sent."""
+    for ours, theirs in _API_NAMES.items():
+        message = re.sub(rf"\b{ours}\b", theirs, message)
+    return message
 
 
 def _param_from_message(message: str) -> str | None:
     name = message.split(" ", 1)[0]
-    return {"max_new_tokens": "max_tokens"}.get(name, name if name in _KNOWN else None)
+    return _API_NAMES.get(name, name if name in _KNOWN else None)

@@ -52,7 +52,14 @@ SHAPES: dict[str, dict] = {
 }  # fmt: skip
 
 
-def _module_tensor_bytes(model: torch.nn.Module) -> int:
+# fused tensors whose storage the separate q/k/v and gate/up weights become views of
+# (DiffusionLM.fuse_projections): on the meta device views cannot be told from copies, so these
+# are skipped there and the separate weights counted instead (same bytes); any other tensor
+# attribute (e.g. the fused q/k-norm weights, a copy) is counted
+_VIEW_BACKED = frozenset({"fused_qkv", "fused_qkv_bias", "fused_gate_up"})
+
+
+def _module_tensor_bytes(model: torch.nn.Module, skip: frozenset = frozenset()) -> int:
     seen: set[tuple] = set()
     total = 0
 
@@ -69,8 +76,8 @@ def _module_tensor_bytes(model: torch.nn.Module) -> int:
     for t in [*model.parameters(), *model.buffers()]:
         add(t)
     for module in model.modules():  # fused projections are plain tensor attributes
-        for value in vars(module).values():
-            if isinstance(value, torch.Tensor):
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and name not in skip:
                 add(value)
     return total
 
@@ -96,9 +103,8 @@ def planned_bytes(mc: ModelConfig, max_running: int, max_seq_len: int,
                   dtype: torch.dtype) -> dict[str, int]:
     with torch.device("meta"):
         model = DiffusionLM(mc).to(dtype)
-    # not fused: on the meta device views cannot be told from copies, and fusing only turns the
-    # separate weights into views of the fused ones (same bytes)
-    weights = _module_tensor_bytes(model)
+    model.fuse_projections()  # what Engine.__init__ does
+    weights = _module_tensor_bytes(model, skip=_VIEW_BACKED)
     kv, canvas = _pool_bytes(mc, max_running, max_seq_len, dtype)
     return {"weights": weights, "kv_pool": kv, "canvas": canvas, "total": weights + kv + canvas}
 

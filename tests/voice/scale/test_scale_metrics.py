@@ -24,7 +24,7 @@ def test_every_sample_carries_its_replica():
     assert "text/plain" in content_type
     assert samples and all(s.labels.get("replica") == "r1" for s in samples)
     # the stage label survives beside the new one
-    assert any(s.labels.get("stage") == "voice_to_voice" for s in samples)
+    assert any(s.labels.get("stage") == "endpointing" for s in samples)
 
 
 def test_merge_keeps_each_family_once_and_every_replica_series():
@@ -44,7 +44,7 @@ def test_merge_keeps_each_family_once_and_every_replica_series():
     counts = {
         s.labels["replica"]: s.value
         for s in _samples(merged)
-        if s.name == "diffvoice_turn_stage_seconds_count" and s.labels["stage"] == "voice_to_voice"
+        if s.name == "diffvoice_turn_stage_seconds_count" and s.labels["stage"] == "endpointing"
     }
     assert counts == {"a": 2.0, "b": 1.0}
 

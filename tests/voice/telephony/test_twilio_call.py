@@ -91,6 +91,9 @@ async def test_call_answers_barges_in_and_tears_down(live_server, server_state, 
             peer.say(barge_in)
             clear_t = await peer.wait_for("clear", scaled(60))
             media_before_clear = peer.received.media_bytes
+            # docs/telephony.md: the bot's audio goes out in 20 ms media messages (160 bytes)
+            sizes = peer.received.media_sizes
+            assert max(sizes) == 160 and min(sizes) > 0, sorted(set(sizes))
             # Hang up while the engine is generating the answer to the barge-in.
             in_flight: set[str] = set()
 
