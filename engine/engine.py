@@ -101,15 +101,25 @@ class Engine:
 
     # ------------------------------------------------------------------ caller side
     def prepare(self, messages: list[dict] | str, params: SamplingParams,
-                request_id: str | None = None) -> Sequence:
-        """Validate and tokenize a request (raises ValueError naming the problem)."""
+                request_id: str | None = None,
+                chat_template_kwargs: dict | None = None) -> Sequence:
+        """Validate and tokenize a request (raises ValueError naming the problem).
+        `chat_template_kwargs` become chat-template variables (tools=[...], enable_thinking=...),
+        as in transformers' apply_chat_template and vLLM's request field of that name."""
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
+        kwargs = chat_template_kwargs or {}
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ValueError("chat_template_kwargs must be a dict with string keys")
+        if {"messages", "add_generation_prompt"} & set(kwargs):
+            raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
+        if kwargs and isinstance(messages, str):
+            raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
         # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
         prompt = (self.tokenizer.encode(messages) if isinstance(messages, str)
-                  else self.tokenizer.encode_chat(messages))
+                  else self.tokenizer.encode_chat(messages, **kwargs))
         mc = self.model_config
         params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         model_block = mc.block_size if mc.block_causal else 0
@@ -126,12 +136,13 @@ class Engine:
         return seq
 
     async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
-                       request_id: str | None = None, *, draft: bool = False
+                       request_id: str | None = None,
+                       chat_template_kwargs: dict | None = None, *, draft: bool = False
                        ) -> AsyncIterator[Delta]:
         """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
         finish_reason "shed"; more than max_drafts in flight raises DraftRefused."""
         params = params or self.config.default_params
-        seq = self.prepare(messages, params, request_id)
+        seq = self.prepare(messages, params, request_id, chat_template_kwargs)
         seq.draft = draft
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)

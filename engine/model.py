@@ -10,12 +10,15 @@ The model knows nothing about masks ids, tokenizers, policies or scheduling.
 
 from __future__ import annotations
 
+import json
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from engine.attention import attend, attention_mask, uses_mask
 from engine.config import ModelConfig
+from engine.rope import inv_freq as rope_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -33,7 +36,7 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-_INV_FREQ: dict[tuple, torch.Tensor] = {}
+_INV_FREQ: dict[tuple, tuple[torch.Tensor, float]] = {}
 
 
 def _slot_run(slots: torch.Tensor) -> tuple[int, int] | None:
@@ -45,16 +48,23 @@ def _slot_run(slots: torch.Tensor) -> tuple[int, int] | None:
     return first, first + 1
 
 
-def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention)."""
-    key = (head_dim, theta, positions.device)
-    inv_freq = _INV_FREQ.get(key)
-    if inv_freq is None:
-        inv_freq = _INV_FREQ[key] = 1.0 / (theta ** (torch.arange(
-            0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype,
+           scaling: dict | None = None, max_positions: int = 4096):
+    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention);
+    `scaling` is the config's rope_scaling (engine.rope), None for plain RoPE."""
+    key = (head_dim, theta, positions.device,
+           None if scaling is None else json.dumps(scaling, sort_keys=True), max_positions)
+    cached = _INV_FREQ.get(key)
+    if cached is None:
+        cached = _INV_FREQ[key] = rope_inv_freq(head_dim, theta, scaling, max_positions,
+                                                positions.device)
+    inv_freq, attention_factor = cached
     freqs = positions.float()[..., None] * inv_freq  # [B, L, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_factor != 1.0:  # yarn scales cos/sin (transformers' attention_scaling)
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -186,7 +196,8 @@ class DiffusionLM(nn.Module):
             blk = positions // cfg.block_size if cfg.block_causal else torch.zeros_like(positions)
             attn_mask = (blk[:, None, :, None] >= blk[:, None, None, :])
         x = self.embed(input_ids)  # [B, L, H]
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
+                          cfg.max_position_embeddings)
         for layer in self.layers:
             q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
             attn = F.scaled_dot_product_attention(
@@ -212,7 +223,8 @@ class DiffusionLM(nn.Module):
         """
         cfg = self.config
         x = self.embed(input_ids)
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
+                          cfg.max_position_embeddings)
         cos, sin = cos[:, :, None], sin[:, :, None]
         block = cfg.block_size if cfg.block_causal else 0
         # per pass, not per layer: the attention mask, and whether the rows are one slot run

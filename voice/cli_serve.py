@@ -1,7 +1,7 @@
 """`diffvoice serve`: load the engine once, warm it up, resolve ASR/TTS offline, serve HTTP.
 
     diffvoice serve [--host 127.0.0.1] [--port 8000] [--model DIR]
-                    [--asr auto|NAME|DIR|pocketsphinx] [--tts espeak|kokoro|piper]
+                    [--asr auto|whisper|whisper-base|NAME|DIR|pocketsphinx] [--tts espeak|...]
                     [--stop-secs 0.5] [--config serve.yaml] ...
 
 Flags map 1:1 onto voice.config.ServeConfig fields (env DIFFVOICE_<FIELD> and a YAML/JSON config

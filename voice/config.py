@@ -27,7 +27,8 @@ from voice.transport.protocol import STOP_SECS_RANGE
 DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
 DEFAULT_WEB_DIR = web_dir()
 ASR_CHOICES_HELP = (
-    '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, '
+    '"auto" (best measured for the device), "whisper" / "whisper-tiny.en" / "whisper-base" '
+    "(packaged models), a faster-whisper model name in the HF cache, a local CTranslate2 dir, "
     '"pocketsphinx" (domain LM) or "pocketsphinx-general"'
 )
 TTS_CHOICES = ("espeak", "kokoro", "piper")

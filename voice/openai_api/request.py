@@ -71,6 +71,7 @@ _KNOWN = frozenset({
     "stream", "stream_options", "n", "reasoning_effort",
     "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
     "decoding",
+    "chat_template_kwargs",  # vLLM's extension: extra chat-template variables
 })
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -82,6 +83,7 @@ class ChatRequest:
     params: SamplingParams
     stream: bool
     include_usage: bool
+    chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": False}
 
 
 def _is_int(value: Any) -> bool:
@@ -245,7 +247,8 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
     stream, include_usage = stream_flags(body)
     params = sampling_params(body, defaults)
     return ChatRequest(model=model, messages=messages, params=params, stream=stream,
-                       include_usage=include_usage)
+                       include_usage=include_usage,
+                       chat_template_kwargs=_template_kwargs(body.get("chat_template_kwargs")))
 
 
 def stream_flags(body: dict) -> tuple[bool, bool]:
@@ -310,6 +313,18 @@ def api_field_names(message: str) -> str:
     for ours, theirs in _API_NAMES.items():
         message = re.sub(rf"\b{ours}\b", theirs, message)
     return message
+
+
+def _template_kwargs(value: Any) -> dict[str, Any] | None:
+    """vLLM's `chat_template_kwargs`: a JSON object of variables for the model's chat template."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _invalid("'chat_template_kwargs' must be an object.", "chat_template_kwargs")
+    for name in ("messages", "add_generation_prompt"):
+        if name in value:
+            raise _invalid(f"'chat_template_kwargs' may not set '{name}'.", "chat_template_kwargs")
+    return dict(value)
 
 
 def _param_from_message(message: str) -> str | None:

@@ -207,7 +207,8 @@ def make_router(state: Any) -> APIRouter:
         chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id)
+        deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id,
+                                 chat_template_kwargs=chat.chat_template_kwargs)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created)
         try:
