@@ -1,5 +1,6 @@
-"""Eager drafts through the real server (uvicorn on loopback, browser protocol, Silero VAD, the
-random-weight tiny Whisper and engine): each turn's latency record says how many drafts it cost
+"""Eager drafts through the real server (uvicorn on loopback, browser protocol, Silero VAD,
+streaming pocketsphinx with the domain LM — real words from espeak-ng audio, so interim
+transcripts can be drafted — and the random-weight engine): each turn's latency record says how many drafts it cost
 and whether the answer came from one, endpointing is measured from the VAD's speech end to the
 turn end, a later user turn after the bot finished speaking sends no playback.flush, and after
 the hang-up the engine holds no request and no draft of the call."""
@@ -9,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from voice_client import connect, send_pcm
-from voice_fixtures import scaled
+from voice_fixtures import RANDOM_LLM, LiveServer, scaled
 
 from voice.transport import protocol
 
@@ -23,9 +25,23 @@ async def _wait_for(predicate, within: float, what: str):
         await asyncio.sleep(0.02)
 
 
+@pytest.fixture(scope="module")
+def sphinx_server(random_engine):
+    from voice.asr.resolve import resolve_asr
+    from voice.config import ServeConfig
+    from voice.state import AppState
+
+    config = ServeConfig(port=0, model="random-sdar", asr="pocketsphinx", max_new_tokens=24)
+    asr = resolve_asr(config.asr, "cpu")
+    state = AppState.create(config, random_engine, asr=asr, llm_overrides=RANDOM_LLM)
+    with LiveServer(state) as server:
+        yield server
+
+
 async def test_turn_records_count_drafts_and_the_call_leaves_nothing_behind(
-    live_server, random_engine, speech
+    sphinx_server, random_engine, speech
 ):
+    live_server = sphinx_server
     config = {"stop_secs": 0.2, "turn_window_secs": 0.6, "eager_drafts": True}
     async with connect(live_server.ws_url, config=config) as (ws, call, _):
         for n, text in enumerate(["what time do you open on saturday", "where are you"], 1):
