@@ -73,7 +73,7 @@ OnLatency = Callable[[dict], None]
 OnEvent = Callable[[protocol.Event], Awaitable[None]]
 
 
-def _turn_strategies(smart_turn: bool, meaning: MeaningTurnStopStrategy | None
+def _turn_strategies(smart_turn: bool, meaning: MeaningTurnStopStrategy | None = None
                      ) -> UserTurnStrategies:
     if smart_turn:
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3

@@ -1,8 +1,8 @@
 """`SpeechTrackingVAD`: pipecat's Silero VAD that also says *when* speech ended in the stream.
 
 Contract: behaves exactly like `SileroVADAnalyzer` (same states, same frames upstream), and
-additionally keeps, per analysed 512-sample window whose voice confidence reaches
-`params.confidence`:
+additionally keeps, per analysed 512-sample window the VAD counts as speaking (voice confidence
+>= `params.confidence` and volume >= `params.min_volume`, Silero's own test):
 * `last_speech_pos_s`: the stream position (seconds of caller audio since the call began) where
   that window ends;
 * `last_speech_t`: the wall-clock time (time.time()) that audio position arrived — the arrival
@@ -31,6 +31,7 @@ class SpeechTrackingVAD(SileroVADAnalyzer):
         self._received = 0  # samples handed to the analyzer so far
         self._analysed = 0  # samples whose windows were analysed
         self._arrival_t = 0.0
+        self._confidence = 0.0
 
     def _run_analyzer(self, buffer: bytes) -> VADState:
         self._arrival_t = time.time()
@@ -40,11 +41,18 @@ class SpeechTrackingVAD(SileroVADAnalyzer):
     def voice_confidence(self, buffer) -> float:
         confidence = super().voice_confidence(buffer)
         self._analysed += len(buffer) // 2
-        if confidence >= self.params.confidence:
+        self._confidence = confidence
+        return confidence
+
+    def _get_smoothed_volume(self, audio: bytes) -> float:
+        # called right after voice_confidence for the same window: the VAD's own "speaking"
+        # test is confidence >= params.confidence and volume >= params.min_volume
+        volume = super()._get_smoothed_volume(audio)
+        if self._confidence >= self.params.confidence and volume >= self.params.min_volume:
             rate = self.sample_rate or 16000
             self.last_speech_pos_s = self._analysed / rate
             self.last_speech_t = self._arrival_t - (self._received - self._analysed) / rate
-        return confidence
+        return volume
 
     def speech_since(self, t: float) -> bool:
         return self.last_speech_t is not None and self.last_speech_t > t

@@ -1,9 +1,9 @@
 """Eager drafts through the real server (uvicorn on loopback, browser protocol, Silero VAD,
 streaming pocketsphinx with the domain LM — real words from espeak-ng audio, so interim
-transcripts can be drafted — and the random-weight engine): each turn's latency record says how many drafts it cost
-and whether the answer came from one, endpointing is measured from the VAD's speech end to the
-turn end, a later user turn after the bot finished speaking sends no playback.flush, and after
-the hang-up the engine holds no request and no draft of the call."""
+transcripts can be drafted — and the random-weight engine): each turn's latency record says
+how many drafts it cost and whether the answer came from one, endpointing is measured from the
+VAD's speech end to the turn end, a later user turn after the bot finished speaking sends no
+playback.flush, and after the hang-up the engine holds no request and no draft of the call."""
 
 from __future__ import annotations
 
