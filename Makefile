@@ -17,7 +17,7 @@ TORCH_INSTALL ?= yes
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice clean
+.PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix clean
 
 # The runtime venv: torch first (from TORCH_INDEX when given, see above), then the project,
 # whose torch range the installed build already satisfies. Re-run whenever pyproject.toml changes.
@@ -65,6 +65,12 @@ bench-engine: setup
 
 bench-voice: setup system-deps
 	$(VENV)/bin/diffvoice bench voice --concurrency 1,2,4,8,16 --min-turns 32 --out docs/latency/voice-cpu.json
+
+# drafting off/on x pocketsphinx/Whisper tiny.en, 1 and 4 callers, one report (~12 min on 2 cores)
+bench-voice-matrix: setup system-deps
+	$(VENV)/bin/diffvoice bench voice --matrix "drafting=off,on asr=pocketsphinx,whisper-tiny.en" \
+	  --concurrency 1,4 --min-turns 16 --corpus mixed --bot-quiet-s 1.0 --pause-s 0.3 \
+	  --out docs/latency/voice-drafting-cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -14,16 +14,17 @@ from engine.assets import default_model_dir
 if TYPE_CHECKING:
     from engine.engine import Delta, Engine
     from engine.params import EngineConfig, SamplingParams
-    from engine.scheduler import EngineOverloaded
+    from engine.scheduler import DraftRefused, EngineOverloaded
 
 DEFAULT_MODEL_DIR = default_model_dir()  # see engine/assets.py: source checkout or wheel data
 
 # name -> submodule, relative to this package
 _LAZY = {"Delta": ".engine", "Engine": ".engine", "EngineConfig": ".params",
-         "SamplingParams": ".params", "EngineOverloaded": ".scheduler"}
+         "SamplingParams": ".params", "EngineOverloaded": ".scheduler",
+         "DraftRefused": ".scheduler"}
 
-__all__ = ["DEFAULT_MODEL_DIR", "Delta", "Engine", "EngineConfig", "EngineOverloaded",
-           "SamplingParams"]
+__all__ = ["DEFAULT_MODEL_DIR", "Delta", "DraftRefused", "Engine", "EngineConfig",
+           "EngineOverloaded", "SamplingParams"]
 
 
 def __getattr__(name: str):

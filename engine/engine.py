@@ -30,7 +30,7 @@ from engine.decoding import resolve
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
-from engine.scheduler import Committed, EngineOverloaded, Scheduler
+from engine.scheduler import Committed, DraftRefused, EngineOverloaded, Scheduler
 from engine.sequence import Sequence
 from engine.tokenizer import Detokenizer
 
@@ -50,6 +50,7 @@ class Delta:
     elapsed_s: float = 0.0  # submit -> this delta
     queue_s: float | None = None  # submit -> admitted to a slot (time spent queued)
     tool_call: dict | None = None  # {"name", "arguments": JSON text} on a call's final delta
+    passes: int = 0  # denoising passes this request has taken so far
 
 
 @dataclass
@@ -82,7 +83,8 @@ class Engine:
         self.max_seq_len = self.config.max_seq_len or min(mc.max_position_embeddings, 4096)
         self.runner = ModelRunner(loaded, self.config, self.device, self.max_seq_len)
         self.scheduler = Scheduler(self.config.max_running, self.config.max_queued,
-                                   mc.eos_token_ids)
+                                   mc.eos_token_ids, self.config.max_drafts,
+                                   self.config.drafts_share_passes)
         self._callers: dict[str, _Caller] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -162,11 +164,15 @@ class Engine:
 
     async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None,
-                       chat_template_kwargs: dict | None = None) -> AsyncIterator[Delta]:
+                       chat_template_kwargs: dict | None = None, *, draft: bool = False
+                       ) -> AsyncIterator[Delta]:
+        """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
+        finish_reason "shed"; more than max_drafts in flight raises DraftRefused."""
         params = params or self.config.default_params
         # templating + tokenising a long prompt takes a while: never on the caller's event loop
         seq = await asyncio.to_thread(self.prepare, messages, params, request_id,
                                       chat_template_kwargs)
+        seq.draft = draft
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:
@@ -192,6 +198,11 @@ class Engine:
             self._aborts.append(request_id)
             self._wake.notify()
 
+    def promote(self, request_id: str) -> bool:
+        """A draft becomes a real request (its caller now waits for it); False if it is gone."""
+        with self._lock:
+            return self.scheduler.promote(request_id)
+
     def active_request_ids(self) -> set[str]:
         with self._lock:
             return set(self.scheduler.by_id)
@@ -203,6 +214,8 @@ class Engine:
                     "free_slots": len(self.scheduler.free_slots),
                     "last_batch_size": self.last_batch_size, "passes": self.total_passes,
                     "reused_prefix_tokens": self.scheduler.reused_tokens,
+                    "drafts": self.scheduler.drafts_in_flight(),
+                    "drafts_shed": self.scheduler.shed_total,
                     "max_running": self.config.max_running, "device": str(self.device),
                     "model": self.model_name}
 
@@ -234,6 +247,11 @@ class Engine:
                     self._abort_locked(rid)
                 self._aborts.clear()
                 rows, admitted = self.scheduler.schedule()
+                for seq in self.scheduler.shed:
+                    self.runner.release(seq)
+                    self._deliver(seq.request_id, Delta(
+                        seq.request_id, "", [], True, "shed", seq.prompt_len,
+                        len(seq.generated), passes=seq.passes))
             rows = self._admit_each(rows, admitted)
             if not rows:
                 continue
@@ -286,7 +304,7 @@ class Engine:
         if seq is not None:
             self.runner.release(seq)
             self._deliver(request_id, Delta(request_id, "", [], True, "abort", seq.prompt_len,
-                                            len(seq.generated)))
+                                            len(seq.generated), passes=seq.passes))
 
     def _emit(self, ev: Committed) -> None:
         seq = ev.seq
@@ -316,7 +334,8 @@ class Engine:
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
             now - seq.t_submit,
-            seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None))
+            seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None,
+            passes=seq.passes))
 
     def _emit_structured(self, ev: Committed, caller: _Caller) -> None:
         """A call / JSON answer: nothing readable until the whole skeleton is decoded."""
@@ -347,4 +366,4 @@ class Engine:
             self._aborts.append(request_id)
 
 
-__all__ = ["Engine", "Delta", "EngineOverloaded"]
+__all__ = ["Engine", "Delta", "DraftRefused", "EngineOverloaded"]

@@ -116,6 +116,11 @@ class EngineConfig:
                   graph path does, runnable on CPU; a testing aid).
     max_prompt_chars: total characters of message text one request may carry; longer prompts are
                   refused (ValueError) before the chat template or tokenizer touch them.
+    max_drafts:   low-priority draft requests (`generate(..., draft=True)`) in flight at once;
+                  one more is refused (DraftRefused). 0 turns drafts off.
+    drafts_share_passes: let drafts ride in passes that also carry real requests (cheap on a
+                  GPU, where a pass costs about the same for 1 or 8 rows); off by default, so on
+                  a CPU a draft pauses whenever a real request is decoding.
     """
 
     device: str = "auto"
@@ -131,8 +136,12 @@ class EngineConfig:
     default_params: SamplingParams = field(default_factory=SamplingParams)
     # characters of message text a request may carry, checked before templating/tokenising
     max_prompt_chars: int = 65536
+    max_drafts: int = 8
+    drafts_share_passes: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.max_drafts, int) or self.max_drafts < 0:
+            raise ValueError(f"max_drafts must be an integer >= 0, got {self.max_drafts!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
         if self.max_running < 1:

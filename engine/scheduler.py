@@ -4,6 +4,13 @@
     events = scheduler.update(plan, out) # block completions -> Committed events, finished requests
 Requests join and leave between passes. Knows nothing about CUDA or tensors: `out` only needs
 `window_start`, `tokens` and `remaining` lists (tests feed fake results).
+
+Drafts (`seq.draft`, speculative answers a voice call makes before its caller has finished) are
+low priority: at most `max_drafts` are in flight (one more raises DraftRefused); waiting real
+requests are admitted first and a running draft is shed (finished with reason "shed", listed in
+`self.shed` for the engine to report) when a real request waits for its slot; unless
+`drafts_share_passes`, a pass that has real rows carries no draft rows (drafts pause).
+`promote(request_id)` turns a draft into a real request (its caller now needs the answer).
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ class EngineOverloaded(RuntimeError):
     """More concurrent requests than max_running + max_queued."""
 
 
+class DraftRefused(EngineOverloaded):
+    """A draft beyond max_drafts (drafts are optional work: the caller answers normally)."""
+
+
 @dataclass
 class Committed:
     """A decode block became final for one request."""
@@ -30,7 +41,12 @@ class Committed:
 
 
 class Scheduler:
-    def __init__(self, max_running: int, max_queued: int, eos_ids: tuple[int, ...]):
+    def __init__(self, max_running: int, max_queued: int, eos_ids: tuple[int, ...],
+                 max_drafts: int = 2, drafts_share_passes: bool = False):
+        self.max_drafts = max_drafts
+        self.drafts_share_passes = drafts_share_passes
+        self.shed: list[Sequence] = []  # drafts shed by the last schedule(), for the engine
+        self.shed_total = 0
         self.max_running = max_running
         self.max_queued = max_queued
         self.eos_ids = set(eos_ids)
@@ -54,6 +70,9 @@ class Scheduler:
                 f"(max_running={self.max_running}, max_queued={self.max_queued})")
         if seq.request_id in self.by_id:
             raise ValueError(f"request id {seq.request_id!r} is already in use")
+        if seq.draft and self.drafts_in_flight() >= self.max_drafts:
+            raise DraftRefused(f"{self.drafts_in_flight()} drafts in flight "
+                               f"(max_drafts={self.max_drafts})")
         self.waiting.append(seq)
         self.by_id[seq.request_id] = seq
 
@@ -79,18 +98,48 @@ class Scheduler:
         seq.finish_reason = reason
         self.by_id.pop(seq.request_id, None)
 
+    def drafts_in_flight(self) -> int:
+        return sum(s.draft for s in self.by_id.values())
+
+    def promote(self, request_id: str) -> bool:
+        """A draft becomes a real request (served first from the next pass on)."""
+        seq = self.by_id.get(request_id)
+        if seq is None:
+            return False
+        seq.draft = False
+        return True
+
     def schedule(self) -> tuple[list[Sequence], list[Sequence]]:
-        """-> (rows for this pass, sequences admitted now that need their canvas laid out)."""
+        """-> (rows for this pass, sequences admitted now that need their canvas laid out).
+
+        Real requests are admitted before drafts, shedding running drafts (newest first) when no
+        slot is free for them; drafts are admitted only when no real request waits.
+        """
         admitted = []
-        while self.waiting and self.free_slots:
-            seq = self.waiting.popleft()
+        self.shed = []
+        real_waiting = [s for s in self.waiting if not s.draft]
+        while len(real_waiting) > len(self.free_slots):
+            drafts = [s for s in self.running.values() if s.draft]
+            if not drafts:
+                break
+            victim = max(drafts, key=lambda s: s.t_submit)
+            self._finish(victim, "shed")
+            self.shed.append(victim)
+        for seq in real_waiting + [s for s in self.waiting if s.draft]:
+            if not self.free_slots or (seq.draft and any(not s.draft for s in self.waiting)):
+                break
+            self.waiting.remove(seq)
             seq.slot, seq.cache_len = self._pick_slot(seq)
             self.reused_tokens += seq.cache_len
             seq.status = Status.RUNNING
             seq.t_scheduled = time.perf_counter()
             self.running[seq.slot] = seq
             admitted.append(seq)
-        return sorted(self.running.values(), key=lambda s: s.slot), admitted
+        self.shed_total += len(self.shed)
+        rows = sorted(self.running.values(), key=lambda s: s.slot)
+        if not self.drafts_share_passes and any(not s.draft for s in rows):
+            rows = [s for s in rows if not s.draft]  # drafts pause while real rows run
+        return rows, admitted
 
     def _pick_slot(self, seq: Sequence) -> tuple[int, int]:
         """-> (slot, cached positions reused): the parked slot sharing the longest whole-block

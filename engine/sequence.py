@@ -56,6 +56,7 @@ class Sequence:
     t_submit: float = field(default_factory=time.perf_counter)
     t_first_block: float | None = None
     constraint: object | None = None  # engine.constrained.ConstrainedState (tool call / JSON)
+    draft: bool = False  # low priority: paused or shed for real requests (engine.scheduler)
     rules: DecodeRules = FAST
     ar_pos: int = -1  # block start whose first token the first-token pass committed
     cache_dirty: int = -1  # first cached position a pass rewrote (SDAR's top-k), -1 = none

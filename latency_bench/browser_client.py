@@ -14,9 +14,10 @@ one WebSocket, sends `session.start` (with `stop_secs` when configured), then fo
 It calls `on_turn(TurnResult)` once per prompt, in order, whatever happens: a server `error`
 event, a closed socket or a failed connect marks the current and all remaining turns "error"
 with the reason. A `latency` event that arrives while the prompt is still streaming means the
-server cut the user's turn in two, and bot audio arriving while the prompt is still streaming
-means the previous answer was not over: both mark the turn "error" (never a negative or
-misattributed latency). `session.started` is
+server cut the user's turn in two, and bot audio arriving before the prompt's last speech
+means the server answered too early or the previous answer was not over: both mark the turn
+"error" and `premature_eot` (never a negative or misattributed latency); an answer that starts
+in the prompt's trailing silence, after its last speech, is a normal turn. `session.started` is
 returned (or None) so the caller can record model, ASR, TTS and stop_secs.
 Knows nothing about reports or other sessions.
 """
@@ -51,6 +52,7 @@ class _State:
         self.playout = Playout(output_rate, threshold_db)
         self.error: str | None = None
         self.latencies: list[dict[str, Any]] = []
+        self.latency_times: list[float] = []       # arrival (client clock) of each latency
         self.transcript: str | None = None
         self.bot_text: list[str] = []
         self.bot_speaking = False
@@ -59,6 +61,7 @@ class _State:
     def start_turn(self) -> None:
         self.playout.start_turn()
         self.latencies = []
+        self.latency_times = []
         self.transcript = None
         self.bot_text = []
         self.bot_spoke = False
@@ -73,7 +76,8 @@ async def _read(ws: Any, state: _State) -> None:
                 continue
             event = protocol.decode_server(message)
             if isinstance(event, protocol.Transcript) and event.final:
-                state.transcript = event.text
+                # one final per speech segment: a turn with pauses has several
+                state.transcript = f"{state.transcript or ''} {event.text}".strip()
             elif isinstance(event, protocol.BotText):
                 state.bot_text.append(event.text)
             elif isinstance(event, protocol.BotStartedSpeaking):
@@ -84,6 +88,7 @@ async def _read(ws: Any, state: _State) -> None:
                 state.playout.flush(now)
             elif isinstance(event, protocol.Latency):
                 state.latencies.append(event.to_dict())
+                state.latency_times.append(now)
             elif isinstance(event, protocol.Error):
                 state.error = f"server error {event.code}: {event.message}"
     except ConnectionClosed as exc:
@@ -129,13 +134,20 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     state.start_turn()
     pacer.take_lag_s()
     result.speech_end_t = await _stream_prompt(pacer, prompt)
-    if state.latencies:
+    # an answer inside the prompt's trailing silence is fine; before its last speech it is not
+    early = [i for i, t in enumerate(state.latency_times) if t < result.speech_end_t]
+    if early:
+        result.premature_eot = True
         result.fail("error", "the server ended the user turn before the prompt ended "
-                             "(split turn; lower speech pauses or raise stop_secs)")
-        state.latencies = []
-    elif state.playout.first_frame_t is not None:
-        result.fail("error", "bot audio arrived while the caller was speaking (the previous "
-                             "answer resumed after a pause longer than --bot-quiet-s)")
+                             "(premature end of turn)")
+        state.latencies = [x for i, x in enumerate(state.latencies) if i not in early]
+        state.latency_times = [t for i, t in enumerate(state.latency_times) if i not in early]
+    elif (state.playout.first_frame_t is not None
+          and state.playout.first_frame_t < result.speech_end_t):
+        result.premature_eot = True
+        result.fail("error", "bot audio arrived while the caller was speaking (premature end "
+                             "of turn, or the previous answer resumed after a pause longer "
+                             "than --bot-quiet-s)")
     deadline = result.speech_end_t + config.turn_timeout_s
     while state.error is None and not _turn_over(state, time.time(), config.bot_quiet_s):
         if time.time() > deadline:
@@ -155,7 +167,19 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     result.last_audible_end_t = state.playout.last_audible_end_t
     if state.latencies:
         result.server = state.latencies[0]
-        if result.server.get("interrupted"):
+        turn_end_t = result.server.get("turn_end_t")
+        if (result.status == "ok" and config.shared_clock
+                and isinstance(turn_end_t, (int, float))
+                and turn_end_t < result.speech_end_t - 0.05):
+            result.premature_eot = True   # shared clock: the turn ended before speech did
+            result.fail("error", "the server ended the user turn before the prompt's last "
+                                 "speech (premature end of turn)")
+        ends = result.server.get("user_turn_ends")
+        if result.status == "ok" and isinstance(ends, int) and ends > 1:
+            result.premature_eot = True   # cut at a pause; that answer was dropped unheard
+            result.fail("error", f"the server ended the user turn {ends} times during the "
+                                 "prompt (premature end of turn)")
+        if result.server.get("interrupted") and result.status == "ok":
             result.fail("error", "the server reports this turn as interrupted")
     if state.error is not None and result.status == "ok":
         result.fail("error", state.error)
@@ -165,14 +189,17 @@ async def run_browser_session(config: BenchConfig, url: str, session: int,
                               prompts: Sequence[Prompt], concurrency: int,
                               on_turn: Callable[[TurnResult], None]) -> dict[str, Any] | None:
     results = [TurnResult(concurrency=concurrency, session=session, turn=i + 1,
-                          prompt=p.text or p.name) for i, p in enumerate(prompts)]
+                          prompt=p.text or p.name, voice=p.voice)
+               for i, p in enumerate(prompts)]
     reported = 0
     started: dict[str, Any] | None = None
     reader: asyncio.Task | None = None
     try:
         async with connect(url, open_timeout=config.connect_timeout_s, max_size=2**22,
                            ping_interval=None, **connect_kwargs()) as ws:
-            overrides = {} if config.stop_secs is None else {"stop_secs": config.stop_secs}
+            overrides = {k: getattr(config, k) for k in ("stop_secs", "turn_window_secs",
+                                                         "eager_drafts")
+                         if getattr(config, k) is not None}
             await ws.send(protocol.SessionStart(config=overrides).encode())
             first = await asyncio.wait_for(ws.recv(), config.connect_timeout_s)
             event = protocol.decode_server(first) if isinstance(first, str) else None

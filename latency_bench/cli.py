@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from latency_bench.config import PROTOCOLS, BenchConfig
+from latency_bench.config import CORPORA, PROTOCOLS, BenchConfig
 
 _HELP = {
     "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
@@ -58,6 +58,13 @@ _HELP = {
     "server_args": "extra flags for the spawned `diffvoice serve`, e.g. \"--asr pocketsphinx\"",
     "server_start_timeout_s": "seconds to wait for the spawned server's /healthz",
     "progress": "show a progress bar on stderr",
+    "corpus": "generated prompts: receptionist (plain questions), paused (with 300-600 ms "
+              "hesitations inside the sentence) or mixed (both)",
+    "eager_drafts": "per-session override of the server's eager drafting (browser protocol)",
+    "turn_window_secs": "per-session override of the server's full silence window",
+    "matrix": "sweep configurations into one report, e.g. \"drafting=off,on "
+              "asr=pocketsphinx,tiny.en\" (one spawned server per asr value; drafting per "
+              "session); needs no --url",
 }
 
 
@@ -82,17 +89,22 @@ def _add_voice_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
                                 help=_HELP[f.name])
             continue
+        if f.name == "eager_drafts":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{_HELP[f.name]} (default: the server's)")
+            continue
         if f.name == "twilio_auth_token":
             default = os.environ.get("TWILIO_AUTH_TOKEN")
         kind = types.get(f.name) or (type(default) if default is not None and f.name != "url"
                                      else str)
-        if f.name in ("stop_secs",):
+        if f.name in ("stop_secs", "turn_window_secs"):
             kind = float
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         if f.name == "twilio_auth_token":
             shown = "env TWILIO_AUTH_TOKEN"
         parser.add_argument(flag, type=kind, default=default,
-                            choices=PROTOCOLS if f.name == "protocol" else None,
+                            choices=PROTOCOLS if f.name == "protocol" else
+                            CORPORA if f.name == "corpus" else None,
                             help=f"{_HELP[f.name]} (default: {shown})")
 
 
@@ -151,7 +163,7 @@ def _command_line() -> str | None:
 def _run_voice(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from latency_bench.corpus import CorpusError, default_corpus, load_audio_dir
+    from latency_bench.corpus import CorpusError, corpus_for, load_audio_dir
     from latency_bench.load import make_report, run_sweep, total_turns
     from latency_bench.markdown import sweep_table
     from latency_bench.outputs import write_outputs
@@ -165,13 +177,18 @@ def _run_voice(args: argparse.Namespace) -> int:
             prompts = load_audio_dir(Path(config.audio))
             corpus: dict[str, Any] = {"source": str(config.audio), "prompts": len(prompts)}
         else:
-            prompts = default_corpus(Path(config.corpus_cache).expanduser(), config.voices,
-                                     config.speeds)
-            corpus = {"source": "espeak-ng receptionist questions", "prompts": len(prompts),
+            prompts = corpus_for(config.corpus, Path(config.corpus_cache).expanduser(),
+                                 config.voices, config.speeds)
+            corpus = {"source": f"espeak-ng {config.corpus} questions", "prompts": len(prompts),
                       "voices": list(config.voices), "speeds": list(config.speeds)}
     except (ValueError, OSError, CorpusError) as exc:
         print(f"diffvoice bench voice: {exc}", file=sys.stderr)
         return 2
+
+    if config.matrix is not None:
+        from latency_bench.matrix import run_matrix
+
+        return run_matrix(config, prompts, corpus, notes, _command_line())
 
     async def sweep(url: str) -> list:
         with tqdm(total=total_turns(config), unit="turn", disable=not config.progress,

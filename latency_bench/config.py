@@ -14,6 +14,30 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 PROTOCOLS = ("browser", "twilio")
+CORPORA = ("receptionist", "paused", "mixed")   # latency_bench.corpus.corpus_for
+MATRIX_AXES = ("drafting", "asr")
+
+
+def parse_matrix(text: str) -> dict[str, tuple[str, ...]]:
+    """ "drafting=off,on asr=pocketsphinx,tiny.en" -> {"drafting": ("off", "on"), "asr": ...}.
+
+    drafting values are off/on (the session.start eager_drafts override); asr values are
+    `diffvoice serve --asr` values (one server per value)."""
+    axes: dict[str, tuple[str, ...]] = {}
+    for part in text.replace(";", " ").split():
+        name, sep, values = part.partition("=")
+        vals = tuple(v.strip() for v in values.split(",") if v.strip())
+        if not sep or name not in MATRIX_AXES or not vals:
+            raise ValueError(f"matrix must be AXIS=V1,V2 ... with AXIS in {MATRIX_AXES}, got "
+                             f"{part!r}")
+        if name in axes:
+            raise ValueError(f"matrix axis {name!r} given twice")
+        if name == "drafting" and not set(vals) <= {"off", "on"}:
+            raise ValueError(f"matrix drafting values are off/on, got {vals}")
+        axes[name] = vals
+    if not axes:
+        raise ValueError("matrix is empty")
+    return axes
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -44,6 +68,10 @@ class BenchConfig:
     server_args: str = ""                   # extra flags for the spawned `diffvoice serve`
     server_start_timeout_s: float = 600.0
     progress: bool = True
+    corpus: str = "receptionist"            # receptionist / paused (hesitations) / mixed
+    eager_drafts: bool | None = None        # per-session override (browser protocol)
+    turn_window_secs: float | None = None   # per-session override (browser protocol)
+    matrix: str | None = None               # e.g. "drafting=off,on asr=pocketsphinx,tiny.en"
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -80,6 +108,17 @@ class BenchConfig:
                              f"{self.energy_threshold_db}")
         if not self.voices or not self.speeds:
             raise ValueError("voices and speeds must be non-empty")
+        if self.corpus not in CORPORA:
+            raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
+        if self.turn_window_secs is not None and not 0.05 <= self.turn_window_secs <= 5.0:
+            raise ValueError(f"turn_window_secs must be in [0.05, 5.0], got "
+                             f"{self.turn_window_secs}")
+        if (self.eager_drafts is not None or self.turn_window_secs is not None
+                or self.matrix is not None) and self.protocol == "twilio":
+            raise ValueError("eager_drafts, turn_window_secs and matrix are per-session "
+                             "overrides of the browser protocol")
+        if self.matrix is not None:
+            parse_matrix(self.matrix)   # raises ValueError naming the problem
         if not self.out.endswith(".json"):
             raise ValueError(f"out must name a .json file, got {self.out!r}")
 

@@ -10,6 +10,11 @@ Contract:
   reads the cache. Raises `CorpusError` with the fix when espeak-ng is missing.
 - `load_audio_dir(path)` reads every *.wav / *.flac there (any rate, mono or stereo) into
   prompts; `default_corpus(...)` is the receptionist set the bench uses by default.
+- `paused_corpus(items, voices, speeds, cache_dir)` speaks every piece of an utterance with
+  hesitations (PAUSED_PROMPTS, e.g. "what time" / "um" / "do you open on saturday") separately,
+  trims each piece to its speech and joins them with 300-600 ms of silence (`PAUSES_MS`, cycled
+  per prompt and voice, so every pause length occurs in every voice); its text is the pieces
+  joined by spaces. `corpus_for(name, ...)` picks "receptionist", "paused" or "mixed" (both).
 
 It knows nothing about sockets, protocols or reports. Nothing is downloaded.
 """
@@ -50,6 +55,21 @@ RECEPTIONIST_PROMPTS: tuple[str, ...] = (
     "Is there parking near the clinic?",
     "Tell me your hours please.",
 )
+# The same kind of questions with the pauses people make while they think: a filler or a
+# half-finished phrase, then 300-600 ms of silence, then the rest. A server that ends the turn
+# at a pause answers a question the caller has not finished asking.
+PAUSED_PROMPTS: tuple[tuple[str, ...], ...] = (
+    ("what time", "um", "do you open on saturday"),
+    ("how much", "uh", "does a cleaning cost"),
+    ("where exactly", "is the office located"),
+    ("I need to", "um", "cancel my appointment"),
+    ("do you", "uh", "take new patients"),
+    ("what are your", "opening hours for thursday"),
+    ("can I book a", "um", "checkup for friday"),
+    ("is there", "parking near the clinic"),
+)
+PAUSES_MS: tuple[int, ...] = (300, 450, 600)
+CORPORA = ("receptionist", "paused", "mixed")
 DEFAULT_VOICES: tuple[str, ...] = ("en-us", "en-us+f3", "en-gb+m3", "en-us+f2")
 DEFAULT_SPEEDS: tuple[int, ...] = (150, 175, 200)
 
@@ -65,6 +85,7 @@ class Prompt:
     pcm: np.ndarray             # int16 [n_samples], 16 kHz mono
     speech_start_s: float
     speech_end_s: float
+    voice: str | None = None    # espeak-ng voice (None for user audio)
 
     def __post_init__(self) -> None:
         if self.pcm.dtype != np.int16 or self.pcm.ndim != 1:
@@ -150,7 +171,7 @@ def synthesize_corpus(texts: Sequence[str], voices: Sequence[str], speeds: Seque
                 pcm, rate = sf.read(path, dtype="int16")
                 start_s, end_s = speech_bounds(pcm, rate)
                 prompts.append(Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s,
-                                      speech_end_s=end_s))
+                                      speech_end_s=end_s, voice=voice))
     return prompts
 
 
@@ -196,3 +217,72 @@ def default_corpus(cache_dir: Path, voices: Sequence[str] = DEFAULT_VOICES,
                    speeds: Sequence[int] = DEFAULT_SPEEDS,
                    texts: Sequence[str] = RECEPTIONIST_PROMPTS) -> list[Prompt]:
     return synthesize_corpus(texts, voices, speeds, cache_dir)
+
+
+def _speak_piece(binary: str, text: str, voice: str, speed: int) -> np.ndarray:
+    """One piece as 16 kHz int16, trimmed to its speech."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "piece.wav"
+        result = subprocess.run([binary, "-v", voice, "-s", str(speed), "-w", str(raw), text],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not raw.exists():
+            raise CorpusError(f"espeak-ng failed for voice {voice!r}: {result.stderr.strip()}")
+        audio, rate = sf.read(raw, dtype="float32")
+    prompt = to_prompt("piece", text, audio, rate)
+    start = int(round(prompt.speech_start_s * SAMPLE_RATE))
+    end = int(round(prompt.speech_end_s * SAMPLE_RATE))
+    return prompt.pcm[start:end]
+
+
+def paused_corpus(items: Sequence[Sequence[str]], voices: Sequence[str],
+                  speeds: Sequence[int], cache_dir: Path, lead_silence_s: float = 0.3,
+                  pauses_ms: Sequence[int] = PAUSES_MS) -> list[Prompt]:
+    """Every (utterance, voice, speed): pieces spoken apart, joined with 300-600 ms pauses."""
+    if not items or not voices or not speeds or not pauses_ms:
+        raise ValueError("items, voices, speeds and pauses_ms must each be non-empty")
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise CorpusError("espeak-ng is not installed: `make system-deps` (Debian package "
+                          "espeak-ng), or pass --audio DIR with your own WAV files")
+    version = _espeak_version(binary)
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    prompts = []
+    for i, pieces in enumerate(items):
+        text = " ".join(pieces)
+        for v, voice in enumerate(voices):
+            for speed in speeds:
+                pauses = [int(pauses_ms[(i + v + k) % len(pauses_ms)])
+                          for k in range(len(pieces) - 1)]
+                key = hashlib.sha1(f"{version}|{voice}|{speed}|{lead_silence_s}|{pauses}|"
+                                   f"{'|'.join(pieces)}".encode())
+                name = f"paused-{_slug(text)}_{voice.replace('+', '-')}_{speed}"
+                path = cache_dir / f"{name}_{key.hexdigest()[:10]}.wav"
+                if not path.exists():
+                    parts = [np.zeros(int(round(lead_silence_s * SAMPLE_RATE)), np.int16)]
+                    for k, piece in enumerate(pieces):
+                        if k:
+                            parts.append(np.zeros(pauses[k - 1] * SAMPLE_RATE // 1000, np.int16))
+                        parts.append(_speak_piece(binary, piece, voice, int(speed)))
+                    parts.append(np.zeros(SAMPLE_RATE // 10, np.int16))
+                    tmp_path = path.with_suffix(".tmp.wav")
+                    sf.write(tmp_path, np.concatenate(parts), SAMPLE_RATE, subtype="PCM_16")
+                    tmp_path.replace(path)
+                pcm, rate = sf.read(path, dtype="int16")
+                start_s, end_s = speech_bounds(pcm, rate)
+                prompts.append(Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s,
+                                      speech_end_s=end_s, voice=voice))
+    return prompts
+
+
+def corpus_for(name: str, cache_dir: Path, voices: Sequence[str] = DEFAULT_VOICES,
+               speeds: Sequence[int] = DEFAULT_SPEEDS) -> list[Prompt]:
+    """"receptionist" (plain questions), "paused" (with hesitations) or "mixed" (both)."""
+    if name not in CORPORA:
+        raise ValueError(f"corpus must be one of {CORPORA}, got {name!r}")
+    prompts: list[Prompt] = []
+    if name in ("receptionist", "mixed"):
+        prompts += default_corpus(cache_dir, voices, speeds)
+    if name in ("paused", "mixed"):
+        prompts += paused_corpus(PAUSED_PROMPTS, voices, speeds, cache_dir)
+    return prompts

@@ -32,6 +32,44 @@ from latency_bench.machine import git_revision, machine_info, package_versions
 from latency_bench.report import VOICE_STAGES, SweepPoint, build_report
 from latency_bench.turns import TurnResult
 from latency_bench.twilio_client import run_twilio_session
+from latency_bench.wer import wer
+
+
+def turn_stats(turns: Sequence[TurnResult]) -> dict[str, Any]:
+    """Per-level rates over the attempted turns (None where nothing could be counted):
+    draft_hit_rate, drafts_per_turn, extra_passes_per_turn and answer_ready_rate over the turns
+    whose server record has them; premature_eot_rate over every attempted turn; wer_by_voice
+    over the turns whose prompt was spoken (all final transcripts of the turn vs the prompt
+    text, fillers dropped; latency_bench.wer)."""
+    records = [t.server for t in turns if t.server]
+
+    def rate(key: str) -> float | None:
+        values = [r[key] for r in records if isinstance(r.get(key), bool)]
+        return round(sum(values) / len(values), 4) if values else None
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in records if isinstance(r.get(key), int | float)
+                  and not isinstance(r.get(key), bool)]
+        return round(sum(values) / len(values), 3) if values else None
+
+    voices = sorted({t.voice or "?" for t in turns if t.prompt})
+    by_voice = {}
+    for voice in voices:
+        pairs = [(t.prompt, t.transcript) for t in turns
+                 if (t.voice or "?") == voice and t.speech_end_t is not None]  # spoken turns
+        value = wer(pairs)
+        by_voice[voice] = None if value is None else round(value, 4)
+    return {
+        "draft_hit_rate": rate("draft_hit"),
+        "drafts_per_turn": mean("drafts"),
+        "extra_passes_per_turn": mean("extra_passes"),
+        "answer_passes_per_turn": mean("answer_passes"),
+        "answer_ready_rate": rate("answer_ready"),
+        "premature_eot_rate": round(sum(t.premature_eot for t in turns) / len(turns), 4)
+        if turns else None,
+        "premature_eot": sum(t.premature_eot for t in turns),
+        "wer_by_voice": by_voice,
+    }
 
 
 @dataclass
@@ -51,7 +89,8 @@ class LevelResult:
         return SweepPoint(
             concurrency=self.level, samples=samples, turns=len(self.turns),
             errors=statuses["error"], timeouts=statuses["timeout"], wall_s=round(self.wall_s, 2),
-            error_messages=[f"{n}x {m}" for m, n in messages.most_common()])
+            error_messages=[f"{n}x {m}" for m, n in messages.most_common()],
+            turn_stats=turn_stats(self.turns))
 
 
 def plan_sessions(prompts: Sequence[Prompt], level: int, turns: int,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from latency_bench.matrix_table import matrix_lines, turn_stats_lines
 from latency_bench.quality import has_turns, sweep_quality
 from latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, enough_samples, stage_names
 from latency_bench.stats import SUMMARY_FIELDS
@@ -131,6 +132,7 @@ def render_markdown(report: Mapping[str, Any],
         lines.append("")
         lines += [f"- `{n}`: {STAGE_DESCRIPTIONS[n]}" for n in described]
         lines.append("")
+    lines += matrix_lines(report)
     lines += ["## p50 / p99 versus concurrency", ""] + sweep_table(report, names) + [""]
     lines += [f"*Sample size: {SAMPLE_SIZE_RULE}.*", ""]
     if has_turns(report):
@@ -152,6 +154,7 @@ def render_markdown(report: Mapping[str, Any],
         if extra:
             lines += [", ".join(extra), ""]
         lines += _stage_table(point["stages"], names) + [""]
+        lines += turn_stats_lines(point)
         for message in point.get("error_messages", [])[:5]:
             lines.append(f"- error: {message}")
         if point.get("error_messages"):

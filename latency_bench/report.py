@@ -43,7 +43,7 @@ SCHEMA_ID = "diffvoice.latency/1"
 # The voice benchmark's stages, in pipeline order (the order tables and plots use).
 VOICE_STAGES: tuple[str, ...] = (
     "voice_to_voice_ms",   # end of user speech -> first bot audio at the client (endpointing in)
-    "endpointing_ms",      # end of user speech -> VAD stop
+    "endpointing_ms",      # end of user speech -> end of the user turn
     "asr_ms",              # VAD stop -> final transcript
     "llm_ttft_ms",         # final transcript -> first LLM text
     "tts_first_audio_ms",  # first LLM text -> first TTS audio produced
@@ -52,7 +52,8 @@ VOICE_STAGES: tuple[str, ...] = (
 
 STAGE_DESCRIPTIONS: dict[str, str] = {
     "voice_to_voice_ms": "end of user speech -> first audible bot audio played at the client",
-    "endpointing_ms": "end of user speech -> server VAD stop (includes stop_secs)",
+    "endpointing_ms": "end of user speech -> the server ended the user turn (VAD pause + "
+                      "the turn-end decision)",
     "asr_ms": "VAD stop -> final transcript",
     "llm_ttft_ms": "final transcript -> first LLM text",
     "tts_first_audio_ms": "first LLM text -> first TTS audio",
@@ -71,6 +72,7 @@ class SweepPoint:
     timeouts: int = 0
     wall_s: float | None = None
     error_messages: list[str] = field(default_factory=list)
+    turn_stats: dict[str, Any] = field(default_factory=dict)  # rates/counts (bench voice)
 
     def __post_init__(self) -> None:
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -118,6 +120,7 @@ def build_report(*, kind: str, config: Mapping[str, Any], points: Sequence[Sweep
             "wall_s": point.wall_s,
             **({"error_messages": list(point.error_messages[:20])} if point.error_messages
                else {}),
+            **({"turn_stats": dict(point.turn_stats)} if point.turn_stats else {}),
         })
     report: dict[str, Any] = {
         "schema": SCHEMA_ID,

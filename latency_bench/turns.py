@@ -8,10 +8,13 @@ Contract:
 - `TurnResult.stages(shared_clock)` derives the report stages in milliseconds (only those that
   could be measured this turn):
     voice_to_voice_ms  = first audible bot sample played at the client - end of user speech
-    endpointing_ms     = server vad_stop_t - end of user speech      (shared_clock: loopback)
-                       = the server's own endpointing_ms estimate      (otherwise)
+    endpointing_ms     = server turn_end_t (the user turn ended; vad_stop_t from servers that
+                         do not send it) - end of user speech          (shared_clock: loopback)
+                       = the server's own endpointing_ms measurement   (otherwise)
     asr_ms, llm_ttft_ms, tts_first_audio_ms, server_ms  = the server's latency event
   All times are epoch seconds (`time.time()`); a loopback client shares the server's clock.
+- `premature_eot`: the server ended the user turn (latency event, bot audio, or its turn_end_t)
+  before the prompt's last speech — the caller was cut off; such a turn is also an "error".
 - `to_dict()` is the JSON form stored in a report's optional `turns` list.
 
 Knows nothing about sockets, protocols or report files.
@@ -46,6 +49,9 @@ class TurnResult:
     last_frame_t: float | None = None
     last_audible_end_t: float | None = None
     send_lag_ms: float = 0.0                                # worst lateness of our 20 ms pacing
+    voice: str | None = None                                # the prompt's espeak-ng voice
+    premature_eot: bool = False                             # the server answered or ended the
+                                                            # turn before the prompt's last speech
 
     def fail(self, status: str, message: str) -> None:
         if status not in ("error", "timeout"):
@@ -59,9 +65,9 @@ class TurnResult:
         out: dict[str, float] = {}
         if self.first_audible_t is not None and self.speech_end_t is not None:
             out["voice_to_voice_ms"] = (self.first_audible_t - self.speech_end_t) * 1000.0
-        vad_stop_t = self.server.get("vad_stop_t")
-        if shared_clock and vad_stop_t is not None and self.speech_end_t is not None:
-            out["endpointing_ms"] = (vad_stop_t - self.speech_end_t) * 1000.0
+        turn_end_t = self.server.get("turn_end_t") or self.server.get("vad_stop_t")
+        if shared_clock and turn_end_t is not None and self.speech_end_t is not None:
+            out["endpointing_ms"] = (turn_end_t - self.speech_end_t) * 1000.0
         elif _number(self.server.get("endpointing_ms")):
             out["endpointing_ms"] = float(self.server["endpointing_ms"])
         for name in SERVER_STAGE_FIELDS:

@@ -71,11 +71,35 @@ class ServeConfig:
         ),
     )
     stop_secs: float = field(
-        default=0.5, metadata=_help("seconds of silence that end a user turn (Silero VAD)")
+        default=0.2,
+        metadata=_help(
+            "seconds of silence after which the Silero VAD reports a pause; the turn ends then "
+            "if the transcript is a complete utterance (and its draft is ready), else at "
+            "turn_window_secs"
+        ),
     )
     smart_turn: bool = field(
         default=False,
         metadata=_help("also run pipecat's bundled smart-turn model to decide end of turn"),
+    )
+    turn_window_secs: float = field(
+        default=1.0,
+        metadata=_help(
+            "longest silence, from the caller's end of speech, before a turn ends anyway "
+            "(pauses inside a sentence stay shorter); equal to stop_secs: plain silence "
+            "endpointing"
+        ),
+    )
+    eager_drafts: bool = field(
+        default=True,
+        metadata=_help(
+            "draft answers at low priority from interim transcripts while the caller speaks; "
+            "a draft whose text matches the final transcript is spoken at once"
+        ),
+    )
+    draft_stable_secs: float = field(
+        default=0.15,
+        metadata=_help("an interim transcript unchanged this long gets a draft"),
     )
     system_prompt: str = field(
         default=DEFAULT_SYSTEM_PROMPT, metadata=_help("system prompt for every call")
@@ -220,6 +244,19 @@ class ServeConfig:
         lo, hi = STOP_SECS_RANGE
         if not isinstance(self.stop_secs, (int, float)) or not lo <= self.stop_secs <= hi:
             raise ValueError(f"stop_secs must be in [{lo}, {hi}], got {self.stop_secs!r}")
+        if not isinstance(self.turn_window_secs, (int, float)) or not (
+            self.stop_secs <= self.turn_window_secs <= hi
+        ):
+            raise ValueError(
+                f"turn_window_secs must be in [stop_secs={self.stop_secs}, {hi}], got "
+                f"{self.turn_window_secs!r}"
+            )
+        if not isinstance(self.draft_stable_secs, (int, float)) or not (
+            0.0 <= self.draft_stable_secs <= 5.0
+        ):
+            raise ValueError(
+                f"draft_stable_secs must be in [0, 5], got {self.draft_stable_secs!r}"
+            )
         if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 1024:
             raise ValueError(f"max_new_tokens must be in [1, 1024], got {self.max_new_tokens!r}")
         if not isinstance(self.steps_per_block, int) or self.steps_per_block < 1:

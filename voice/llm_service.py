@@ -19,6 +19,10 @@ Contract:
   outcome (after `tool_calls_per_turn` results in one user turn, tool_choice is "none", so a
   turn never loops on calls). Barge-in during a call follows `cancel_on_interruption`;
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
+* eager drafts (`draft_context` given): `self.drafts` is the call's voice.drafting.DraftManager;
+  at each LLMContextFrame a draft made for exactly these messages is streamed instead of a new
+  engine request; `last_turn` says whether the answer came from a draft, how many drafts the
+  turn cost and their extra engine passes. Interruption and disconnect cancel drafts.
 
 Knows nothing about audio, sockets or the wire protocol.
 """
@@ -39,6 +43,7 @@ from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
     Frame,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -94,6 +99,23 @@ def context_to_messages(messages: list[dict[str, Any]], system_prompt: str | Non
     return out
 
 
+class AnswerInfo:
+    """How one answer was made: from a draft or not, the drafts its turn cost, engine passes.
+    Filled in while the answer streams; `as_dict()` gives the latency record's fields."""
+
+    def __init__(self, turn: Any = None) -> None:
+        self.turn = turn  # voice.drafting.TurnDrafts, or None when drafts are off
+        self.passes = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"answer_passes": self.passes}
+        if self.turn is not None:
+            out.update(draft_hit=self.turn.hit, drafts=self.turn.drafts,
+                       extra_passes=self.turn.extra_passes,
+                       draft_ready_t=self.turn.used.t_first_text if self.turn.used else None)
+        return out
+
+
 class DiffusionLLMService(LLMService):
     def __init__(
         self,
@@ -106,6 +128,7 @@ class DiffusionLLMService(LLMService):
         request_prefix: str = "voice",
         on_request: Callable[[str], None] | None = None,
         tool_calls_per_turn: int = 1,
+        draft_context: LLMContext | None = None,
         **kwargs,
     ) -> None:
         from engine import SamplingParams  # deferred: importing engine pulls in torch
@@ -135,6 +158,18 @@ class DiffusionLLMService(LLMService):
         if tool_calls_per_turn < 0:
             raise ValueError(f"tool_calls_per_turn must be >= 0, got {tool_calls_per_turn}")
         self._tool_calls_per_turn = tool_calls_per_turn
+        self.drafts = None
+        self.last_answer = AnswerInfo()
+        if draft_context is not None:
+            from voice.drafting import DraftManager
+
+            self.drafts = DraftManager(
+                engine, self._params, get_context_messages=draft_context.get_messages,
+                system_prompt=system_prompt, request_prefix=request_prefix)
+
+    def turn_info(self) -> AnswerInfo:
+        """The answer now starting (called by the turn tracker at LLMFullResponseStartFrame)."""
+        return self.last_answer
 
     @property
     def current_request_id(self) -> str | None:
@@ -145,6 +180,8 @@ class DiffusionLLMService(LLMService):
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame) and self.drafts is not None:
+            self.drafts.cancel("interruption")
         if isinstance(frame, LLMContextFrame):
             await self._respond(frame.context)
         else:
@@ -152,15 +189,22 @@ class DiffusionLLMService(LLMService):
 
     async def stop(self, frame: EndFrame) -> None:
         self._abort_current()
+        await self._close_drafts()
         await super().stop(frame)
 
     async def cancel(self, frame: CancelFrame) -> None:
         self._abort_current()
+        await self._close_drafts()
         await super().cancel(frame)
 
     async def cleanup(self) -> None:
         self._abort_current()
+        await self._close_drafts()
         await super().cleanup()
+
+    async def _close_drafts(self) -> None:
+        if self.drafts is not None:
+            await self.drafts.close()
 
     def _abort_current(self) -> None:
         request_id, self._current_request_id = self._current_request_id, None
@@ -195,6 +239,15 @@ class DiffusionLLMService(LLMService):
         messages = context_to_messages(context.get_messages(), self._system_prompt)
         params = self._params_for(context)
         call = None
+        draft = self.drafts.take(messages) if self.drafts is not None else None
+        if draft is not None and params != self._params:
+            # drafts are made without the context's tools; a tool-carrying turn answers afresh
+            self._engine.abort(draft.request_id)
+            draft = None
+        answer = self.last_answer = AnswerInfo(
+            self.drafts.last_turn if self.drafts is not None else None)
+        if draft is not None:
+            request_id = draft.request_id
         await self.push_frame(LLMFullResponseStartFrame())
         await self.start_processing_metrics()
         finished = False
@@ -208,7 +261,10 @@ class DiffusionLLMService(LLMService):
                 self._on_request(request_id)
             first = True
             started = time.perf_counter()
-            async for delta in self._engine.generate(messages, params, request_id=request_id):
+            source = (draft.stream() if draft is not None else
+                      self._engine.generate(messages, params, request_id=request_id))
+            async for delta in source:
+                answer.passes = max(answer.passes, getattr(delta, "passes", 0))
                 if first:
                     await self.stop_ttfb_metrics()
                     first = False

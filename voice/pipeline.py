@@ -16,10 +16,17 @@ Contract (stable; the telephony helper builds on it):
         on_event: Callable[[voice.transport.protocol.Event], Awaitable[None]] | None = None,
                                               # browser events: Transcript, BotText,
                                               # BotStartedSpeaking/Stopped, PlaybackFlush, Latency
-        stop_secs: float | None = None,       # None -> state.config.stop_secs
+        stop_secs: float | None = None,       # None -> state.config.stop_secs (VAD pause)
+        eager_drafts: bool | None = None,     # None -> state.config.eager_drafts
+        turn_window_secs: float | None = None,  # None -> state.config.turn_window_secs
         audio_in_sample_rate: int = 16000,    # what the transport's input frames carry
         audio_out_sample_rate: int | None = None,  # None -> the TTS's native rate
     ) -> tuple[pipecat.pipeline.pipeline.Pipeline, pipecat.pipeline.worker.PipelineWorker]
+
+Turn end (voice.turn_end): the VAD reports pauses after `stop_secs`; the turn ends at once when
+the transcript is a complete utterance and (with eager drafts) its draft is ready, else
+`turn_window_secs` after the caller's end of speech. With eager drafts an EagerDrafter between
+ASR and the user aggregator drafts answers from interim transcripts (voice.drafting).
 
 The caller runs the worker (`await WorkerRunner(handle_sigint=False).run(worker)` or
 `await worker.cancel()` to stop) and owns the transport/socket. Interruption (caller speaks
@@ -54,21 +61,26 @@ from pipecat.turns.user_turn_strategies import (
     default_user_turn_start_strategies,
 )
 
+from voice.eager_drafter import EagerDrafter
 from voice.frame_tap import FrameTap
 from voice.llm_service import DiffusionLLMService
+from voice.speech_vad import SpeechTrackingVAD
 from voice.transport import protocol
+from voice.turn_end import MeaningTurnStopStrategy
 from voice.turn_tracker import TurnTracker
-from voice.vad import make_vad
 
 OnLatency = Callable[[dict], None]
 OnEvent = Callable[[protocol.Event], Awaitable[None]]
 
 
-def _turn_strategies(smart_turn: bool) -> UserTurnStrategies:
+def _turn_strategies(smart_turn: bool, meaning: MeaningTurnStopStrategy | None = None
+                     ) -> UserTurnStrategies:
     if smart_turn:
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
         stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    elif meaning is not None:
+        stop = [meaning]
     else:
         # the VAD's stop_secs already is the silence window: end the turn as soon as the VAD
         # stopped and the (finalized) transcript is in
@@ -86,9 +98,14 @@ def build_pipeline(
     stop_secs: float | None = None,
     audio_in_sample_rate: int = 16000,
     audio_out_sample_rate: int | None = None,
+    eager_drafts: bool | None = None,
+    turn_window_secs: float | None = None,
 ) -> tuple[Pipeline, PipelineWorker]:
     config = state.config
     stop_secs = config.stop_secs if stop_secs is None else float(stop_secs)
+    eager_drafts = config.eager_drafts if eager_drafts is None else bool(eager_drafts)
+    window = config.turn_window_secs if turn_window_secs is None else float(turn_window_secs)
+    window = max(window, stop_secs)
     out_rate = audio_out_sample_rate or state.tts.sample_rate
 
     async def record_sink(record: dict) -> None:
@@ -103,21 +120,12 @@ def build_pipeline(
         if on_latency is not None:
             on_latency(record)
 
-    tracker = TurnTracker(
-        session_id=session_id, stop_secs=stop_secs, emit=on_event, record_sink=record_sink
-    )
-
     stt = state.asr.make_service()
-    vad = make_vad(VADParams(stop_secs=stop_secs))  # one shared ONNX session (voice.vad)
+    # records where speech ended; one shared ONNX session for every call (voice.vad)
+    vad = SpeechTrackingVAD(params=VADParams(stop_secs=stop_secs))
     receptionist = getattr(state, "receptionist", None)
     context = (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
                else LLMContext(messages=[]))
-    aggregators = LLMContextAggregatorPair(
-        context,
-        user_params=LLMUserAggregatorParams(
-            vad_analyzer=vad, user_turn_strategies=_turn_strategies(config.smart_turn)
-        ),
-    )
     llm = DiffusionLLMService(
         state.engine,
         system_prompt=config.system_prompt,
@@ -125,9 +133,28 @@ def build_pipeline(
         steps_per_block=config.steps_per_block,
         sampling_overrides=state.llm_overrides,
         request_prefix=f"voice-{session_id}",
+        draft_context=context if eager_drafts else None,
     )
     if receptionist is not None:  # the appointment book's tools run inside this call
         receptionist.register(llm)
+    meaning = MeaningTurnStopStrategy(
+        window_secs=window, stop_secs=stop_secs,
+        speech_end=lambda: vad.last_speech_t, hearing_speech=lambda: vad.hearing_speech,
+        silence_heard=lambda: vad.silence_secs,
+        draft_ready=llm.drafts.drafting if llm.drafts is not None else None,
+    )  # fmt: skip
+    aggregators = LLMContextAggregatorPair(
+        context,
+        user_params=LLMUserAggregatorParams(
+            vad_analyzer=vad, user_turn_strategies=_turn_strategies(config.smart_turn, meaning)
+        ),
+    )
+    tracker = TurnTracker(
+        session_id=session_id, stop_secs=stop_secs, emit=on_event, record_sink=record_sink,
+        speech_end=lambda: vad.last_speech_t, turn_info=llm.turn_info,
+    )  # fmt: skip
+    drafter = [EagerDrafter(llm.drafts, stable_secs=config.draft_stable_secs)] if eager_drafts \
+        else []
     tts = state.tts.make_service()
 
     pipeline = Pipeline(
@@ -135,6 +162,7 @@ def build_pipeline(
             transport.input(),
             stt,
             FrameTap("stt", tracker.on_frame),
+            *drafter,
             aggregators.user(),
             llm,
             FrameTap("llm", tracker.on_frame),
@@ -159,4 +187,5 @@ def build_pipeline(
     )
     worker.diffvoice_tracker = tracker  # for callers/tests: records, session close
     worker.diffvoice_llm = llm
+    worker.diffvoice_turn_end = meaning
     return pipeline, worker

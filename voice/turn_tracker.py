@@ -9,9 +9,19 @@ that were written to the client, bot started/stopped speaking, interruptions).
 A turn starts at LLMFullResponseStartFrame and takes the user side (last VAD stop, last final
 transcript, text) gathered since the previous turn. Its record is emitted when its first audio
 frame has been sent, or — without audio — when the turn is interrupted, ends empty, or the next
-turn/session end arrives. `endpointing_ms` is what the server can know: stop_secs plus one VAD
-analysis window (the quantisation of Silero's 512-sample frames); the caller's true end of speech
-is not observable server-side.
+turn/session end arrives; its `bot_text` is the answer text known at that moment (the text that
+is being spoken first; later deltas follow as `bot.text` events). `endpointing_ms` is measured:
+from the caller's end of speech as the audio shows it (`speech_end_t`: the VAD's last speech
+window, voice.speech_vad) to the moment the
+user turn ended (`turn_end_t`: UserStoppedSpeakingFrame); without a speech-tracking VAD it is
+None, never assumed. Each record also says whether the answer came from an eager draft
+(`draft_hit`), how many drafts the turn started (`drafts`) and the engine passes spent on drafts
+that were thrown away (`extra_passes`), and whether the answer's first text was ready when the
+turn ended (`answer_ready`), from `turn_info()` (voice.llm_service); `user_turn_ends` counts the
+user turns that ended since the previous answer began (2 or more: a turn was cut in two and the
+first part's answer never reached the caller). `playback.flush`
+is sent at an interruption only while bot audio may still be playing at the client (the bot is
+speaking, or audio sent recently is not yet played out).
 
 Knows nothing about sockets or encoding: it calls `emit(event)` and `record_sink(record)`.
 """
@@ -34,6 +44,7 @@ from pipecat.frames.frames import (
     OutputAudioRawFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
+    UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 
@@ -57,6 +68,10 @@ class _Turn:
     vad_stop_t: float | None
     transcript_final_t: float | None
     user_text: str
+    speech_end_t: float | None = None
+    turn_end_t: float | None = None
+    draft_info: object | None = None  # voice.llm_service.AnswerInfo (read when reported)
+    user_turn_ends: int = 0
     llm_first_text_t: float | None = None
     tts_first_audio_t: float | None = None
     first_audio_sent_t: float | None = None
@@ -74,7 +89,16 @@ class TurnTracker:
         emit: Emit | None = None,
         record_sink: RecordSink | None = None,
         clock: Callable[[], float] = time.time,
+        speech_end: Callable[[], float | None] | None = None,
+        turn_info: Callable[[], object] | None = None,
     ) -> None:
+        self._speech_end = speech_end
+        self._turn_info = turn_info
+        self._speech_end_t: float | None = None
+        self._turn_end_t: float | None = None
+        self._turn_ends = 0  # user turns ended since the last answer started
+        self._bot_speaking = False
+        self._playing_until = 0.0  # client clock estimate: when the audio sent so far ends
         self.session_id = session_id
         self.stop_secs = stop_secs
         self._emit = emit
@@ -112,6 +136,11 @@ class TurnTracker:
     async def _on_stt(self, frame: Frame, now: float) -> None:
         if isinstance(frame, VADUserStoppedSpeakingFrame):
             self._vad_stop_t = now
+            end = self._speech_end() if self._speech_end is not None else None
+            self._speech_end_t = end if end is not None and end <= now else None
+        elif isinstance(frame, UserStoppedSpeakingFrame):
+            self._turn_end_t = now
+            self._turn_ends += 1
         elif isinstance(frame, TranscriptionFrame):
             text = frame.text.strip()
             if text:
@@ -131,8 +160,14 @@ class TurnTracker:
                 vad_stop_t=self._vad_stop_t,
                 transcript_final_t=self._transcript_t,
                 user_text=" ".join(self._user_text),
+                speech_end_t=self._speech_end_t,
+                turn_end_t=self._turn_end_t,
+                draft_info=self._turn_info() if self._turn_info is not None else None,
+                user_turn_ends=self._turn_ends,
             )
+            self._turn_ends = 0
             self._vad_stop_t = self._transcript_t = None
+            self._speech_end_t = self._turn_end_t = None
             self._user_text = []
         elif isinstance(frame, LLMTextFrame) and self._turn is not None:
             if frame.text:
@@ -148,15 +183,21 @@ class TurnTracker:
     async def _on_out(self, frame: Frame, now: float) -> None:
         if isinstance(frame, OutputAudioRawFrame):
             self._audio_since_flush = True
+            rate = frame.sample_rate or 16000
+            seconds = len(frame.audio) / (2 * rate * max(1, frame.num_channels or 1))
+            self._playing_until = max(self._playing_until, now) + seconds
             if self._turn is not None and self._turn.first_audio_sent_t is None:
                 self._turn.first_audio_sent_t = now
                 await self._finish(interrupted=False)
         elif isinstance(frame, BotStartedSpeakingFrame):
+            self._bot_speaking = True
             await self._send(protocol.BotStartedSpeaking())
         elif isinstance(frame, BotStoppedSpeakingFrame):
+            self._bot_speaking = False
             await self._send(protocol.BotStoppedSpeaking())
         elif isinstance(frame, InterruptionFrame):
-            if self._audio_since_flush:
+            audible = self._bot_speaking or now < self._playing_until
+            if self._audio_since_flush and audible:
                 self._audio_since_flush = False
                 await self._send(protocol.PlaybackFlush())
             await self._finish(interrupted=True)
@@ -177,7 +218,8 @@ class TurnTracker:
         await self._send(protocol.Latency(**record))
 
     def make_record(self, turn: _Turn, *, interrupted: bool) -> dict:
-        endpointing_ms = round((self.stop_secs + VAD_WINDOW_SECS) * 1000.0, 2)
+        turn_end_t = turn.turn_end_t or turn.vad_stop_t
+        info = turn.draft_info.as_dict() if turn.draft_info is not None else {}
         latency = protocol.Latency(
             turn=turn.number,
             session_id=self.session_id,
@@ -187,7 +229,7 @@ class TurnTracker:
             llm_first_text_t=turn.llm_first_text_t,
             tts_first_audio_t=turn.tts_first_audio_t,
             first_audio_sent_t=turn.first_audio_sent_t,
-            endpointing_ms=endpointing_ms if turn.vad_stop_t is not None else None,
+            endpointing_ms=_ms(turn.speech_end_t, turn_end_t),
             asr_ms=_ms(turn.vad_stop_t, turn.transcript_final_t),
             llm_ttft_ms=_ms(turn.transcript_final_t, turn.llm_first_text_t),
             tts_first_audio_ms=_ms(turn.llm_first_text_t, turn.tts_first_audio_t),
@@ -195,6 +237,15 @@ class TurnTracker:
             interrupted=interrupted,
             user_text=turn.user_text,
             bot_text=turn.bot_text,
+            speech_end_t=turn.speech_end_t,
+            turn_end_t=turn_end_t,
+            draft_hit=info.get("draft_hit"),
+            drafts=info.get("drafts"),
+            extra_passes=info.get("extra_passes"),
+            answer_passes=info.get("answer_passes"),
+            user_turn_ends=turn.user_turn_ends,
+            answer_ready=None if info.get("draft_hit") is None else bool(
+                info.get("draft_ready_t") and turn_end_t and info["draft_ready_t"] <= turn_end_t),
         )
         record = asdict(latency)
         return record

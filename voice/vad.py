@@ -42,5 +42,8 @@ class _SharedSileroVAD(SileroVADAnalyzer):
         self._low_confidence_windows = 0
 
 
+SharedSileroVAD = _SharedSileroVAD  # public name, for analyzers that extend it
+
+
 def make_vad(params: VADParams | None = None) -> SileroVADAnalyzer:
     return _SharedSileroVAD(params=params)

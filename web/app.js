@@ -198,8 +198,15 @@ function onEvent(event) {
       if (event.final) {
         state.interim = "";
         if (event.text.trim()) {
-          state.finalTranscripts.push(event.text);
-          conversationOrder.push("user");
+          // one final per speech segment: a turn with pauses has several, shown as one message
+          const last = conversationOrder.length - 1;
+          if (last >= 0 && conversationOrder[last] === "user") {
+            const u = state.finalTranscripts.length - 1;
+            state.finalTranscripts[u] = `${state.finalTranscripts[u]} ${event.text}`;
+          } else {
+            state.finalTranscripts.push(event.text);
+            conversationOrder.push("user");
+          }
         }
         botTurnOpen = false; // the next bot text starts a new answer
         turnAudibleAtMs = null;

@@ -96,7 +96,11 @@ def test_tiny_sweep_measures_every_stage_in_order(sweep):
             assert s["endpointing_ms"] >= STOP_SECS * 1000 - 100, s
             assert s["endpointing_ms"] <= s["voice_to_voice_ms"], s
             assert s["server_ms"] <= s["voice_to_voice_ms"], s
-            assert s["endpointing_ms"] + s["server_ms"] <= s["voice_to_voice_ms"] + 5, s
+            # endpointing ends when the turn ends; the server's share after that is the rest
+            # (first_audio_sent_t is stamped when the server's write returned: on a loaded
+            # machine the loopback client can hold the frame a few ms before that)
+            after_turn_ms = (turn.server["first_audio_sent_t"] - turn.server["turn_end_t"]) * 1e3
+            assert s["endpointing_ms"] + after_turn_ms <= s["voice_to_voice_ms"] + 30, s
             assert s["asr_ms"] + s["llm_ttft_ms"] + s["tts_first_audio_ms"] <= (
                 s["server_ms"] + 1), s
             assert turn.transcript and turn.bot_text, turn

@@ -100,7 +100,8 @@ class Event:
 
 @dataclass(frozen=True)
 class SessionStart(Event):
-    """Optional first message. `config` holds per-session overrides; known keys: stop_secs."""
+    """Optional first message. `config` holds per-session overrides; known keys: stop_secs,
+    turn_window_secs, eager_drafts."""
 
     TYPE: ClassVar[str] = "session.start"
     config: dict[str, Any] = field(default_factory=dict)
@@ -198,7 +199,8 @@ class Latency(Event):
     """One per bot turn. Timestamps are time.time() epoch seconds on the server clock; a stage
     that did not happen (e.g. the turn was interrupted before audio) is None.
 
-    endpointing_ms:     end of user speech -> VAD stop (stop_secs + VAD start lag, server view)
+    endpointing_ms:     end of user speech (the VAD's last speech window, speech_end_t) -> end of
+                        the user turn (turn_end_t); measured per turn
     asr_ms:             VAD stop -> final transcript
     llm_ttft_ms:        final transcript -> first LLM text
     tts_first_audio_ms: first LLM text -> first TTS audio
@@ -222,6 +224,14 @@ class Latency(Event):
     interrupted: bool = False
     user_text: str = ""
     bot_text: str = ""
+    speech_end_t: float | None = None    # caller's end of speech as the VAD heard it
+    turn_end_t: float | None = None      # the user turn ended (answer may start)
+    draft_hit: bool | None = None        # answer streamed from an eager draft (None: drafts off)
+    drafts: int | None = None            # drafts started during this user turn
+    extra_passes: int | None = None      # engine passes of drafts thrown away this turn
+    answer_passes: int | None = None     # engine passes of the answer itself
+    answer_ready: bool | None = None     # the draft had text when the turn ended (drafts on)
+    user_turn_ends: int | None = None    # user turns ended since the previous answer began
     replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 
@@ -268,8 +278,31 @@ def _check_stop_secs(value: Any) -> float:
     return float(value)
 
 
+def _check_turn_window_secs(value: Any) -> float:
+    lo, hi = STOP_SECS_RANGE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError("bad_field", f"config.turn_window_secs must be a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ProtocolError(
+            "bad_field", f"config.turn_window_secs must be in [{lo}, {hi}], got {value}")
+    return float(value)
+
+
+def _check_bool(name: str):
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ProtocolError("bad_field", f"config.{name} must be true or false, got {value!r}")
+        return value
+
+    return check
+
+
 # per-key validators for session.start config overrides
-SESSION_CONFIG_KEYS = {"stop_secs": _check_stop_secs}
+SESSION_CONFIG_KEYS = {
+    "stop_secs": _check_stop_secs,
+    "turn_window_secs": _check_turn_window_secs,
+    "eager_drafts": _check_bool("eager_drafts"),
+}
 
 
 def _parse_object(text: str) -> dict[str, Any]:

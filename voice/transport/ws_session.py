@@ -158,6 +158,7 @@ class BrowserSession:
             stop_secs = state.config.stop_secs
             warnings = list(state.warnings)
             pending: list[protocol.ClientMessage] = []
+            overrides: dict = {}
             # session.start counts whenever it is the first message (a loaded server or a
             # proxy may deliver it late); audio or ping first means defaults
             first = await self._next(connected_t + state.config.handshake_timeout_s,
@@ -167,6 +168,7 @@ class BrowserSession:
             message = protocol.decode_client(first)  # an empty text frame is bad_json
             if isinstance(message, protocol.SessionStart):
                 stop_secs = message.config.get("stop_secs", stop_secs)
+                overrides = message.config
                 warnings += protocol.session_config_warnings(message)
             else:
                 pending.append(message)
@@ -185,6 +187,8 @@ class BrowserSession:
                 stop_secs=stop_secs,
                 audio_in_sample_rate=protocol.INPUT_SAMPLE_RATE,
                 audio_out_sample_rate=state.tts.sample_rate,
+                eager_drafts=overrides.get("eager_drafts"),
+                turn_window_secs=overrides.get("turn_window_secs"),
             )
             tracker = worker.diffvoice_tracker
             pipeline_started = asyncio.Event()

@@ -1,0 +1,42 @@
+"""Word error rate of transcripts against the prompts' text, per voice.
+
+Contract: `normalise_words(text)` lower-cases, drops punctuation (apostrophes are kept inside
+words) and the fillers in FILLERS ("um", "uh", ...: a prompt's hesitation is not a word the
+recogniser owes us); `edit_distance(ref, hyp)` is the Levenshtein distance over word lists
+(substitutions, deletions, insertions cost 1); `wer(pairs)` is the corpus WER, total edits /
+total reference words, over (reference, hypothesis) pairs; a missing hypothesis counts as
+deleting the whole reference. Knows nothing about reports or audio.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+FILLERS = frozenset({"um", "umm", "uh", "uhh", "er", "erm", "hmm", "mm", "ah"})
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
+
+
+def normalise_words(text: str | None) -> list[str]:
+    words = _WORD.findall((text or "").lower().replace("\u2019", "'"))
+    return [w for w in words if w not in FILLERS]
+
+
+def edit_distance(ref: list[str], hyp: list[str]) -> int:
+    previous = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        current = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
+        previous = current
+    return previous[-1]
+
+
+def wer(pairs: Iterable[tuple[str, str | None]]) -> float | None:
+    """Total word edits / total reference words; None when there are no reference words."""
+    edits = words = 0
+    for reference, hypothesis in pairs:
+        ref = normalise_words(reference)
+        edits += edit_distance(ref, normalise_words(hypothesis))
+        words += len(ref)
+    return edits / words if words else None

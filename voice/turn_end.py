@@ -1,0 +1,179 @@
+"""`MeaningTurnStopStrategy`: end the caller's turn as soon as what they said is a complete
+utterance (and its eager draft is ready), otherwise after the full silence window.
+
+A pipecat 1.14 user-turn stop strategy (replaces SpeechTimeoutUserTurnStopStrategy). The VAD runs
+with a short `stop_secs` (e.g. 0.2 s) so that it reports pauses; on each VAD stop this strategy
+decides, polling every 10 ms:
+* the caller resumed (VAD start) -> nothing ends; speech the VAD hears but has not confirmed yet
+  (`hearing_speech()`, the analyser's STARTING state) holds the decision back too;
+* a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on: a
+  draft for exactly this text is running or done, voice.drafting) -> the turn ends now (fast
+  path; the draft is promoted and streams as soon as it has text);
+* `window_secs` of silence after the caller's last speech with a transcript in -> the turn ends
+  (the full window: pauses inside a sentence, "what time, um, do you open", stay within it).
+  The silence is counted in stream time when `silence_heard()` gives it (the VAD's analysed
+  audio since its last speech window, confirmed or not: a short "um" the VAD never confirmed
+  restarts it, and a VAD lagging behind under load never counts silence it has not analysed);
+  else in wall-clock time from `speech_end()` (VAD stop - stop_secs if unknown);
+* no transcript `transcript_timeout_secs` after that -> nothing (noise is not a turn; pipecat's
+  own stop watchdog still applies).
+`looks_complete` is a small heuristic: at least two words, not ending on a filler, a
+conjunction, an article, a preposition or a trailing comma, and a question that opens with a
+question word has a verb ("what time" / "how much" are not questions yet). Knows nothing about
+the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+
+from loguru import logger
+from pipecat.frames.frames import (
+    Frame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.turns.types import ProcessFrameResult
+from pipecat.turns.user_stop.base_user_turn_stop_strategy import BaseUserTurnStopStrategy
+
+POLL_SECS = 0.01
+
+# Words a finished sentence rarely ends on: fillers, conjunctions, articles, prepositions,
+# auxiliaries and question words waiting for the rest of the question.
+INCOMPLETE_TAIL = frozenset(
+    "um umm uh uhh er erm hmm mm ah and or but so because if then than that which who whose "
+    "the a an my your our their this these those some any to of on in at for with from by "
+    "about into like as is are was were do does did can could would will should what when "
+    "where how why i you we it me there".split()
+)
+QUESTION_WORDS = frozenset("what when where how which who whose why".split())
+# auxiliaries and the verbs a caller's question is built on (a wh-question without one of
+# these is still going: "what time ...", "how much ...")
+VERBS = frozenset(
+    "is are was were am be do does did done can could will would should shall may might must "
+    "have has had 's 're open opens opened close closes closed cost costs take takes taking "
+    "need needs book booked cancel get offer offers work works accept accepts park start "
+    "starts end ends see go come call pay charge located mean say help know want".split()
+)
+_WORD = re.compile(r"[a-z0-9']+(?:-[a-z0-9']+)*")  # "doo-o-o" (a stutter) is one word
+
+
+def looks_complete(text: str) -> bool:
+    stripped = text.strip()
+    if not stripped or stripped.endswith((",", "-", "...", "\u2026", ";", ":")):
+        return False
+    words = _WORD.findall(stripped.lower().replace("\u2019", "'"))
+    if len(words) < 2 or words[-1] in INCOMPLETE_TAIL:
+        return False
+    if words[0] in QUESTION_WORDS:
+        return any(w in VERBS or w.endswith(("'s", "'re")) for w in words[1:])
+    return True
+
+
+class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
+    def __init__(
+        self,
+        *,
+        window_secs: float,
+        stop_secs: float,
+        speech_end: Callable[[], float | None] = lambda: None,
+        hearing_speech: Callable[[], bool] = lambda: False,
+        silence_heard: Callable[[], float | None] = lambda: None,
+        draft_ready: Callable[[str], bool] | None = None,
+        complete: Callable[[str], bool] = looks_complete,
+        transcript_timeout_secs: float = 3.0,
+        clock: Callable[[], float] = time.time,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if window_secs < stop_secs:
+            raise ValueError(f"window_secs ({window_secs}) must be >= stop_secs ({stop_secs})")
+        self._window = window_secs
+        self._stop_secs = stop_secs
+        self._speech_end = speech_end
+        self._hearing_speech = hearing_speech
+        self._silence_heard = silence_heard
+        self._draft_ready = draft_ready
+        self._complete = complete
+        self._transcript_timeout = transcript_timeout_secs
+        self._clock = clock
+        self._text = ""
+        self._vad_speaking = False
+        self._task: asyncio.Task | None = None
+        self.decisions: list[str] = []  # "fast" / "window" per ended turn (tests, debugging)
+        self.waited_secs: list[float] = []  # VAD stop -> turn end, per ended turn
+
+    async def handle_user_turn_started(self):
+        await self._reset()
+
+    async def handle_user_turn_stopped(self):
+        await self._reset()
+
+    async def cleanup(self):
+        await super().cleanup()
+        await self._cancel()
+
+    async def _reset(self):
+        self._text = ""
+        await self._cancel()
+
+    async def _cancel(self):
+        if self._task is not None:
+            task, self._task = self._task, None
+            await self.task_manager.cancel_task(task)
+
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            self._vad_speaking = True
+            await self._cancel()
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._vad_speaking = False
+            await self._start(self._clock())
+        elif isinstance(frame, TranscriptionFrame) and frame.text.strip():
+            self._text = f"{self._text} {frame.text.strip()}".strip()
+            if self._task is None and not self._vad_speaking:
+                await self._start(self._clock())  # a transcript without a VAD stop
+        return ProcessFrameResult.CONTINUE
+
+    async def _start(self, stop_t: float) -> None:
+        await self._cancel()
+        end = self._speech_end()
+        if end is None or end > stop_t:
+            end = stop_t - self._stop_secs
+        self._task = self.task_manager.create_task(self._decide(stop_t, end),
+                                                   f"{self}::decide")
+
+    async def _decide(self, stop_t: float, speech_end_t: float) -> None:
+        while True:
+            now = self._clock()
+            heard = self._speech_end()
+            last_speech = max(speech_end_t, heard) if heard is not None else speech_end_t
+            deadline = last_speech + self._window
+            give_up = deadline + self._transcript_timeout
+            silence = self._silence_heard()
+            window_over = now >= deadline if silence is None else silence >= self._window
+            held = self._hearing_speech()
+            if self._text and not held:
+                if self._complete(self._text) and (
+                    self._draft_ready is None or self._draft_ready(self._text)
+                ):
+                    return await self._end("fast", now - stop_t)
+                if window_over:
+                    return await self._end("window", now - stop_t)
+            if now >= give_up and not held:
+                logger.debug(f"{self}: no transcript {now - stop_t:.2f} s after the VAD stop")
+                self._task = None
+                return
+            await asyncio.sleep(POLL_SECS)
+
+    async def _end(self, how: str, waited_secs: float) -> None:
+        logger.debug(f"{self}: turn ends ({how}) {waited_secs:.3f} s after the VAD stop: "
+                     f"{self._text!r}")
+        self._task = None
+        self.decisions.append(how)
+        self.waited_secs.append(waited_secs)
+        await self.trigger_user_turn_stopped()
