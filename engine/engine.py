@@ -44,6 +44,9 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    # lowest confidence (softmax probability) of any token committed in the first block, once
+    # that block is done: the engine's own measure of how sure the reply's start was
+    first_block_confidence: float | None = None
 
 
 @dataclass
@@ -193,6 +196,9 @@ class Engine:
                 for seq in admitted:
                     self.runner.admit(seq)
                 out = self.runner.step(rows)
+                for seq, low in zip(rows, out.min_conf or (), strict=False):
+                    if seq.t_first_block is None:
+                        seq.first_block_conf = min(seq.first_block_conf, low)
             except Exception as exc:  # a failed pass fails its rows, never the engine
                 log.exception("denoising pass failed for %d rows", len(rows))
                 with self._lock:
@@ -246,7 +252,7 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit))
+            now - seq.t_submit, seq.first_block_conf if seq.t_first_block else None))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)

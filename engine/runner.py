@@ -26,6 +26,7 @@ class StepOutput:
     window_start: list[int]  # absolute position of window slot 0, per row
     tokens: list[list[int]]  # window tokens after this pass, per row
     remaining: list[int]  # masks left in each row's decode block
+    min_conf: list[float] | None = None  # lowest confidence among this pass's commits, per row
 
 
 class ModelRunner:
@@ -128,9 +129,12 @@ class ModelRunner:
         in_window = wpos >= first[:, None]
         self.seq[slots[:, None], torch.where(in_window, wpos, self.T)] = new
         remaining = ((new == self.mask_id) & in_block).sum(-1)
-        host = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
+        # the lowest committed confidence per row rides along in the same copy (micro-units)
+        low = (torch.where(commit, conf, torch.ones_like(conf)).amin(-1) * 1e6).long()
+        host = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
         return StepOutput(window_start=[r.q_end - W for r in rows],
-                          tokens=[h[:-1] for h in host], remaining=[h[-1] for h in host])
+                          tokens=[h[:-2] for h in host], remaining=[h[-2] for h in host],
+                          min_conf=[h[-1] / 1e6 for h in host])
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:

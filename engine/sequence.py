@@ -52,6 +52,7 @@ class Sequence:
     generated: list[int] = field(default_factory=list)
     t_submit: float = field(default_factory=time.perf_counter)
     t_first_block: float | None = None
+    first_block_conf: float = 1.0  # lowest confidence of a token committed in the first block
 
     def __post_init__(self) -> None:
         self.d_start = self.prompt_len
