@@ -104,10 +104,11 @@ def train_questions(n: int, seed: int) -> list[dict]:
     return out
 
 
-def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices: bool) -> None:
+def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices: bool,
+          append: bool = False) -> None:
     recog = Recognisers()
     t0 = time.perf_counter()
-    with out.open("w", encoding="utf-8") as f:
+    with out.open("a" if append else "w", encoding="utf-8") as f:
         for i, rec in enumerate(records):
             if all_voices:
                 configs = [(v, r, p) for v, r, p in voices]
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--n", type=int, default=700, help="training questions to speak")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--append", action="store_true",
+                        help="independent: speak only questions missing from --out, append them")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     if args.which == "train":
@@ -139,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from engine.train.independent import load_independent
 
+        out = args.out or INDEPENDENT_CACHE
+        done = {(r["id"], r["said"]) for r in load_cache(out)} if args.append else set()
         records = [{"id": q["id"], "said": q["q"]} for q in load_independent()
-                   if not q.get("history")]
-        build(records, EVAL_VOICES, args.out or INDEPENDENT_CACHE, rng, all_voices=True)
+                   if not q.get("history") and (q["id"], q["q"]) not in done]
+        build(records, EVAL_VOICES, out, rng, all_voices=True, append=args.append)
     return 0
 
 

@@ -51,27 +51,15 @@ CHAT_TEMPLATE = (
     "{%- elif m['role'] == 'tool' -%}<|tool|> {{ (m['content'] or '') | trim }}<|end|>"
     "{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}")
-# one token each (not special: a decoded reply keeps them), so a call is decided in one slot
-TOOL_TOKENS = ("<tool_call>", "</tool_call>")
+# one token each (not special: a decoded reply keeps them), so a call is decided in one slot and
+# its JSON skeleton is short. Pieces end where JSON allows whitespace (after '{' and ', ') or at
+# a string's opening quote, so a value is always followed by '", ' or '"}}'.
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", '{"name": "', '", "arguments": {', '", ',
+               '"}}', '"service": "', '"day": "', '"time": "', '"name": "', '"time": null}}',
+               "check_availability", "book_appointment", "cancel_appointment")
 
 
-def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 2048,
-                    min_frequency: int = 2) -> Tokenizer:
-    """Fit a byte-level BPE on `texts`, save it and its config (chat template) in out_dir."""
-    if vocab_size < 300:
-        raise ValueError(f"vocab_size must be >= 300 (256 bytes + specials + merges), "
-                         f"got {vocab_size}")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
+def _write_config(tok: Tokenizer, out: Path) -> None:
     added = {str(tok.token_to_id(t)): {"content": t, "lstrip": False, "rstrip": False,
                                        "normalized": False, "single_word": False, "special": True}
              for t in SPECIAL_TOKENS}
@@ -91,4 +79,39 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
                          "tools": "built in: engine/train/tool_schemas.py"},
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def extend_tokenizer(src_dir: str | Path, out_dir: str | Path) -> Tokenizer:
+    """An earlier receptionist's BPE with this version's extra tokens appended (old ids kept),
+    and this version's chat template: for warm-starting from that model."""
+    tok = Tokenizer.from_file(str(Path(src_dir) / "tokenizer.json"))
+    missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS
+                    if tok.token_to_id(t) is None])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    _write_config(tok, out)
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 2048,
+                    min_frequency: int = 2) -> Tokenizer:
+    """Fit a byte-level BPE on `texts`, save it and its config (chat template) in out_dir."""
+    if vocab_size < 300:
+        raise ValueError(f"vocab_size must be >= 300 (256 bytes + specials + merges), "
+                         f"got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    _write_config(tok, out)
     return tok

@@ -45,6 +45,8 @@ _HELP = {
     "head_dim": "per-head dimension",
     "intermediate_size": "MLP width",
     "block_size": "diffusion block size (the engine decodes this many tokens per block)",
+    "init_from": "start from this checkpoint's weights (its tokenizer is extended, not retrained; "
+                 "same architecture flags needed)",
     "use_chitchat": "add real chit-chat lines (chitchat-dataset package, a dependency) as "
                     "out-of-scope inputs",
     "asr_cache": "recognised-speech training questions: 'auto' (the committed cache, used when "

@@ -36,7 +36,7 @@ from engine.train.variants import vary
 P_DIALOGUE = 0.3    # booking / availability / cancel / follow-up examples (dialogues.py)
 P_VARY = 0.45       # single questions rewritten by variants.vary
 P_ASR = 0.2         # single questions replaced by a cached ASR transcript (asr_cache.py)
-P_HISTORY = 0.3     # single questions preceded by an unrelated previous exchange
+P_HISTORY = 0.2     # single questions preceded by an unrelated previous exchange
 
 # words a caller slips in anywhere (training-time augmentation only)
 _INSERTS = ("just", "like", "actually", "really", "um", "uh", "so", "maybe", "you know", "i mean",
@@ -312,7 +312,7 @@ class DataGenerator:
         return out
 
     def is_well_formed(self, text: str) -> bool:
-        """Exactly a reply the fact sheet yields (any intent, slot or flow shape) or a valid call."""
+        """Exactly a reply the fact sheet yields (any intent, slot, flow shape) or a valid call."""
         text = text.strip()
         if not hasattr(self, "_answer_set"):
             self._answer_set = set(self.all_answers())

@@ -21,8 +21,14 @@ from dataclasses import dataclass
 
 from engine.train.facts import DAYS, FactSheet
 from engine.train.tool_schemas import (
-    parse_tool_call, result_text, slot_times, spoken_time, tool_call_json, tool_call_text,
-    tool_schemas)
+    parse_tool_call,
+    result_text,
+    slot_times,
+    spoken_time,
+    tool_call_json,
+    tool_call_text,
+    tool_schemas,
+)
 
 _WORDS = ("twelve one two three four five six seven eight nine ten eleven twelve").split()
 FIRST = ("ann mark lisa tom sara james maria david emma john olivia peter grace kevin nina paul "

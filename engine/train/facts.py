@@ -6,7 +6,8 @@ engine/train/default_facts.yaml. Fields that contain the business name derive fr
 `contact.email` defaults to "hello at {spoken_name} dot com" and `contact.website` to
 "{spoken_name} dot com" (spoken_name = the name lower-cased, "&" read as "and", other punctuation
 dropped), and every answer text may use the placeholders {name}, {spoken_name}, {phone}, {email},
-{website}, so renaming the business renames them all. Knows nothing about templates, tokenizers or models.
+{website}, so renaming the business renames them all.
+Knows nothing about templates, tokenizers or models.
 """
 
 from __future__ import annotations

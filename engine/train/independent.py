@@ -84,7 +84,7 @@ def spoken_examples(gen: DataGenerator, path: str | Path = INDEPENDENT_ASR_PATH,
 
 def training_overlap(gen: DataGenerator, n: int = 20000, seed: int = 0) -> set[str]:
     """Normalised independent questions equal to a training question: a template rendering
-    (core, slots filled), n sampled training questions (variants, dialogues) or a cached ASR text."""
+    (core, slots filled), n sampled training questions (variants, dialogues) or cached ASR text."""
     wanted = {normalize(item["q"]) for item in load_independent()}
     seen: set[str] = set()
     for train, _ in gen.questions.values():
@@ -107,7 +107,8 @@ def _fills(gen: DataGenerator, text: str) -> list[str]:
     variants = [text]
     for slot, values in (("<day>", list(DAYS) + [d + "s" for d in DAYS]),
                          ("<service>", [a for s in gen.facts.services for a in s.aliases]),
-                         ("<business>", [gen.facts.name.lower(), gen.facts.name.split()[0].lower()])):
+                         ("<business>", [gen.facts.name.lower(),
+                                         gen.facts.name.split()[0].lower()])):
         if slot in text:
             variants = [v.replace(slot, x) for v in variants for x in values]
     return variants

@@ -28,7 +28,7 @@ from engine.config import ModelConfig
 from engine.loader import save_checkpoint
 from engine.model import DiffusionLM
 from engine.tokenizer import ChatTokenizer
-from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, train_tokenizer
+from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, extend_tokenizer, train_tokenizer
 from engine.train.data import DataGenerator
 from engine.train.facts import DEFAULT_FACTS_PATH, load_facts
 from engine.train.objective import build_batch, masked_loss
@@ -57,6 +57,7 @@ class TrainConfig:
     head_dim: int = 64
     intermediate_size: int = 768
     block_size: int = 8
+    init_from: str | None = None
     use_chitchat: bool = True
     asr_cache: str = "auto"
     save_every_s: float = 300.0
@@ -88,6 +89,8 @@ class TrainConfig:
         if self.export_dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"export_dtype must be float32/float16/bfloat16, "
                              f"got {self.export_dtype!r}")
+        if self.init_from is not None and not (Path(self.init_from) / "config.json").is_file():
+            raise ValueError(f"init_from must be a checkpoint directory, got {self.init_from!r}")
         if self.asr_cache not in ("auto", "none") and not Path(self.asr_cache).is_file():
             raise ValueError(f"asr_cache must be 'auto', 'none' or an existing JSONL file, "
                              f"got {self.asr_cache!r}")
@@ -108,7 +111,9 @@ def lr_factor(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
 
 
 def _tokenizer(cfg: TrainConfig, gen: DataGenerator, out: Path) -> ChatTokenizer:
-    if not (cfg.resume and (out / "tokenizer.json").is_file()):
+    if cfg.init_from and not (cfg.resume and (out / "tokenizer.json").is_file()):
+        extend_tokenizer(cfg.init_from, out)  # keep its ids so its embeddings stay meaningful
+    elif not (cfg.resume and (out / "tokenizer.json").is_file()):
         rng = random.Random(f"{cfg.seed}-tokenizer")
         texts = []
         for _ in range(cfg.tokenizer_samples):
@@ -188,7 +193,30 @@ def setup(cfg: TrainConfig):
     torch.manual_seed(cfg.seed)
     model = DiffusionLM(mcfg)
     model.init_weights(std=0.02, generator=torch.Generator().manual_seed(cfg.seed))
+    if cfg.init_from:
+        warm_start(model, cfg.init_from)
     return gen, tok, mcfg, model
+
+
+def warm_start(model: DiffusionLM, path: str) -> None:
+    """Copy every weight of the checkpoint at `path` into `model`; a grown vocabulary keeps the
+    old rows (same ids: extend_tokenizer) and its new rows start at the mean old embedding."""
+    from engine.loader import load_checkpoint
+
+    old = load_checkpoint(path, dtype="float32", device="cpu").model.state_dict()
+    with torch.no_grad():
+        for name, param in model.state_dict().items():
+            src = old.get(name)
+            if src is None:
+                raise ValueError(f"init_from {path}: no tensor {name!r} (different architecture)")
+            if src.shape == param.shape:
+                param.copy_(src)
+            elif src.shape[1:] == param.shape[1:] and src.shape[0] < param.shape[0]:
+                param[: src.shape[0]] = src
+                param[src.shape[0]:] = src.mean(0)
+            else:
+                raise ValueError(f"init_from {path}: {name} has shape {tuple(src.shape)}, "
+                                 f"the model {tuple(param.shape)}")
 
 
 def export(model: DiffusionLM, cfg: TrainConfig, out: Path) -> None:

@@ -74,7 +74,8 @@ RUN_ON = (
     "i tried calling earlier and {q}", "{q} thanks a lot i appreciate it",
 )
 _FUNCTION_WORDS = frozenset(
-    "the a an your you do does is are i me can could to for of on this there my will would it be at "
+    "the a an your you do does is are i me can could to for of on this there my will would it be "
+    "at "
     "any have get what what's whats when where how which please tell know like want need i'd i'm "
     "so um uh just and or if that's ok okay hi hello hey yes yeah well guys".split())
 

@@ -146,6 +146,21 @@ def _sse(payload: dict[str, Any] | str) -> str:
     return f"data: {data}\n\n"
 
 
+def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
+    """'system=1,history=2' when the model's chat template leaves messages out (logged), else ''.
+    The shipped receptionist renders one previous exchange and no system prompt."""
+    dropped_fn = getattr(getattr(engine, "tokenizer", None), "dropped", None)
+    try:
+        dropped = dropped_fn(list(messages)) if dropped_fn else {}
+    except Exception:  # a template that cannot render fails the request in engine.generate
+        return ""
+    text = ",".join(f"{k}={v}" for k, v in sorted(dropped.items()))
+    if text:
+        log.warning("%s: the model's chat template ignores %s message(s) (%s); see "
+                    "docs/openai-api.md", request_id, sum(dropped.values()), text)
+    return text
+
+
 def make_router(state: Any) -> APIRouter:
     """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
     router = APIRouter(route_class=_OpenAIRoute)
@@ -185,6 +200,7 @@ def make_router(state: Any) -> APIRouter:
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id)
+        dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created)
         try:
@@ -202,7 +218,7 @@ def make_router(state: Any) -> APIRouter:
                                                  "refusal": None},
                          "logprobs": None, "finish_reason": _finish_reason(last)}],
             "usage": _usage(last),
-        })
+        }, headers={"x-diffvoice-dropped": dropped} if dropped else None)
 
     async def _collect(deltas: AsyncIterator[Any]) -> tuple[str, Any]:
         parts, last = [], None
