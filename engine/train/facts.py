@@ -116,12 +116,12 @@ def _fill(text: str, values: dict[str, str], where: str) -> str:
 
 
 def _minutes(value, duration: str, where: str) -> int:
-    """`minutes:` if given, else parsed from a duration like "45 minutes" / "1 hour"."""
+    """`minutes:` if given, else parsed from a duration like "45 minutes" / "1 hour", else 60
+    (a duration such as "2 visits" says nothing about one appointment's length)."""
     if value is None:
         match = re.fullmatch(r"(\d+) (minutes?|hours?)", duration.lower())
         if not match:
-            raise ValueError(f"{where}.minutes is needed: duration {duration!r} is not "
-                             f"'<n> minutes' or '<n> hours'")
+            return 60
         value = int(match.group(1)) * (60 if match.group(2).startswith("hour") else 1)
     if not isinstance(value, int) or isinstance(value, bool) or not 5 <= value <= 600:
         raise ValueError(f"{where}.minutes must be an integer from 5 to 600, got {value!r}")
@@ -144,7 +144,10 @@ def parse_facts(doc: dict) -> FactSheet:
     unknown_days = set(hours_doc) - set(DAYS)
     if unknown_days:
         raise ValueError(f"hours: unknown day(s) {sorted(unknown_days)}; use {DAYS}")
-    location, contact, booking = (_section(doc, k) for k in ("location", "contact", "booking"))
+    location, booking = (_section(doc, k) for k in ("location", "booking"))
+    contact = doc.get("contact") or {}
+    if not isinstance(contact, dict):
+        raise ValueError(f"contact must be a mapping, got {contact!r}")
     name = _text(business, "name", "business")
     values = {"name": name, "spoken_name": spoken_name(name),
               "phone": _text(contact, "phone", "contact")}

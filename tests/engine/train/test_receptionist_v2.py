@@ -172,7 +172,9 @@ def test_business_name_flows_into_email_website_and_answers():
         parse_facts(doc)
     doc = yaml.safe_load(DEFAULT_FACTS_PATH.read_text())
     del doc["services"][5]["minutes"]  # crowns: "2 visits" is not a duration in minutes
-    with pytest.raises(ValueError, match="services\\[5\\].minutes is needed"):
+    assert parse_facts(doc).services[5].minutes == 60
+    doc["services"][5]["minutes"] = 0
+    with pytest.raises(ValueError, match="services\\[5\\].minutes must be"):
         parse_facts(doc)
 
 
