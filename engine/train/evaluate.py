@@ -226,6 +226,11 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                     "summary": summarize(replies), "per_intent": per_intent(replies),
                     "wall_s": round(time.perf_counter() - t0, 1),
                     "failures": [asdict(r) for r in replies if not r.correct][:60],
+                    # (first-block confidence, raw reply correct, well-formed) of every reply:
+                    # what a clarify threshold is chosen from
+                    "confidence": [[None if r.first_block_conf is None else
+                                    round(r.first_block_conf, 4), r.correct_raw, r.well_formed]
+                                   for r in replies],
                     "samples": [asdict(r) for r in replies[:: max(1, len(replies) // 10)]]}
             res["all"] = {"summary": _merge([res[k]["summary"] for k in sets])}
             report["settings"][spec] = res
