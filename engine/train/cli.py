@@ -25,8 +25,8 @@ _HELP = {
            "facts.yaml) plus train_state.pt for resuming",
     "facts": "fact sheet YAML (see engine/train/default_facts.yaml for the schema)",
     "seed": "seed for data, masks and initialisation",
-    "max_steps": "optimizer steps (the learning-rate schedule spans them; the default is the "
-                 "shipped model's recipe, about 25 minutes on a quiet 2-core CPU)",
+    "max_steps": "optimizer steps (the learning-rate schedule spans them; the default, about "
+                 "6.6M tokens, is estimated at ~26 minutes on a quiet 2-core CPU)",
     "time_budget_s": "stop after this many seconds of training (schedule decays by then too); "
                      "e.g. 1500 caps a run at 25 minutes on a busy machine",
     "stop_at_step": "pause after this step (schedule unchanged); run again to resume",

@@ -39,7 +39,7 @@ class TrainConfig:
     out: str
     facts: str = str(DEFAULT_FACTS_PATH)
     seed: int = 0
-    max_steps: int = 4000
+    max_steps: int = 3500
     time_budget_s: float | None = None
     stop_at_step: int | None = None
     batch_size: int = 32
