@@ -13,7 +13,8 @@ whole reply, so a streaming caller that already spoke the first block applies on
 DEFAULT_THRESHOLD = 0.5 was chosen on the template and dialogue held-out sets of an intermediate
 checkpoint (step ~1200 of the v2 run), never on the independent set: raising it from 0 to 0.5
 turned 2.5% of all replies from wrong answers into clarifying questions at a cost of 1.2% right
-answers; each further 0.1 costs about as many right answers as it saves wrong ones. Knows nothing about models or tokenizers.
+answers; each further 0.1 costs about as many right answers as it saves wrong ones.
+Knows nothing about models or tokenizers.
 """
 
 from __future__ import annotations
