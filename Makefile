@@ -4,22 +4,34 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
+# Which torch build `pip install torch==$(TORCH_VERSION)` gets depends on the index it reads:
+# - empty (default): pip's configured indexes. On PyPI, torch for Linux x86_64 is the CUDA build
+#   (it pulls the nvidia-* runtime wheels, several GB): right for a CUDA host. On this project's
+#   build machine pip's find-links holds the local CPU wheel, so the default is the CPU build.
+# - https://download.pytorch.org/whl/cpu : PyTorch's CPU wheel index, for CPU-only hosts
+#   (`make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu`).
+# - https://download.pytorch.org/whl/cu128 (or another cuXYZ): a specific CUDA build.
+TORCH_INDEX ?=
+# TORCH_INSTALL=no keeps the torch already in $(VENV) (it must satisfy pyproject's range).
+TORCH_INSTALL ?= yes
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice clean
 
-# The runtime venv: torch first (the CPU wheel on CPU-only hosts, so pip never pulls a CUDA
-# build), then the project. Re-run whenever pyproject.toml changes.
+# The runtime venv: torch first (from TORCH_INDEX when given, see above), then the project,
+# whose torch range the installed build already satisfies. Re-run whenever pyproject.toml changes.
 $(VENV)/.runtime-stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	if [ "$(TORCH_INSTALL)" != no ]; then \
+	  $(PIP) install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
+	fi
 	$(PIP) install -q -e .
 	touch $@
 
 $(VENV)/.dev-stamp: $(VENV)/.runtime-stamp
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,ray]"
 	touch $@
 
 setup: $(VENV)/.runtime-stamp

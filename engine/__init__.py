@@ -1,12 +1,34 @@
-"""diffvoice's in-process diffusion-LM inference engine."""
+"""diffvoice's in-process diffusion-LM inference engine.
 
-from pathlib import Path
+The public names are imported lazily (PEP 562), so importing the assets module (used by
+light modules such as voice.config) does not pull in torch.
+"""
 
-from engine.engine import Delta, Engine
-from engine.params import EngineConfig, SamplingParams
-from engine.scheduler import EngineOverloaded
+from __future__ import annotations
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "receptionist-tiny"
+import importlib
+from typing import TYPE_CHECKING
+
+from engine.assets import default_model_dir
+
+if TYPE_CHECKING:
+    from engine.engine import Delta, Engine
+    from engine.params import EngineConfig, SamplingParams
+    from engine.scheduler import EngineOverloaded
+
+DEFAULT_MODEL_DIR = default_model_dir()  # see engine/assets.py: source checkout or wheel data
+
+# name -> submodule, relative to this package
+_LAZY = {"Delta": ".engine", "Engine": ".engine", "EngineConfig": ".params",
+         "SamplingParams": ".params", "EngineOverloaded": ".scheduler"}
 
 __all__ = ["DEFAULT_MODEL_DIR", "Delta", "Engine", "EngineConfig", "EngineOverloaded",
            "SamplingParams"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

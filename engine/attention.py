@@ -19,6 +19,11 @@ from kernels.dispatch import resolve_backend
 from kernels.ops import block_attention
 
 
+def uses_mask(device: torch.device) -> bool:
+    """Does `attend` on this device take the explicit mask (build it once per pass)?"""
+    return resolve_backend(device) != "triton"
+
+
 def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens: torch.Tensor,
                    cache_len_max: int, block_size: int) -> torch.Tensor:
     """Boolean mask [B, 1, L, Tc + L] (True = attend) over cat(cached keys, new keys): the
@@ -34,13 +39,17 @@ def attention_mask(positions: torch.Tensor, key_valid: torch.Tensor, cache_lens:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cached: torch.Tensor,
            v_cached: torch.Tensor, cache_lens: torch.Tensor, positions: torch.Tensor,
-           key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
-    """q [B, L, Hq, D]; k/v [B, L, Hkv, D]; k_cached/v_cached [B, Hkv, Tc, D] -> [B, L, Hq, D]."""
-    if resolve_backend(q.device) == "triton":
+           key_valid: torch.Tensor, block_size: int,
+           mask: torch.Tensor | None = None) -> torch.Tensor:
+    """q [B, L, Hq, D]; k/v [B, L, Hkv, D]; k_cached/v_cached [B, Hkv, Tc, D] -> [B, L, Hq, D].
+    `mask`: attention_mask(...) of this pass when the caller built it once for every layer
+    (only where uses_mask(device), so the backend is not looked up again per layer)."""
+    if mask is None and resolve_backend(q.device) == "triton":
         out = block_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cached,
                               v_cached, cache_lens, positions, key_valid, block_size)
         return out.transpose(1, 2)
-    mask = attention_mask(positions, key_valid, cache_lens, k_cached.shape[2], block_size)
+    if mask is None:
+        mask = attention_mask(positions, key_valid, cache_lens, k_cached.shape[2], block_size)
     keys = torch.cat((k_cached, k.transpose(1, 2)), dim=2)  # [B, Hkv, Tc + L, D]
     values = torch.cat((v_cached, v.transpose(1, 2)), dim=2)
     out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,

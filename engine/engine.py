@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from engine.decoding import resolve
 from engine.loader import LoadedModel, load_checkpoint
 from engine.params import EngineConfig, SamplingParams
 from engine.runner import ModelRunner
@@ -44,6 +45,7 @@ class Delta:
     completion_tokens: int = 0
     first_block_latency_s: float | None = None  # submit -> first committed block
     elapsed_s: float = 0.0  # submit -> this delta
+    queue_s: float | None = None  # submit -> admitted to a slot (time spent queued)
     # lowest confidence (softmax probability) of any token committed in the first block, once
     # that block is done: the engine's own measure of how sure the reply's start was
     first_block_confidence: float | None = None
@@ -99,32 +101,46 @@ class Engine:
         return cls(loaded, config)
 
     # ------------------------------------------------------------------ caller side
-    def prepare(self, messages: list[dict], params: SamplingParams,
-                request_id: str | None = None) -> Sequence:
-        """Validate and tokenize a request (raises ValueError naming the problem)."""
+    def prepare(self, messages: list[dict] | str, params: SamplingParams,
+                request_id: str | None = None,
+                chat_template_kwargs: dict | None = None) -> Sequence:
+        """Validate and tokenize a request (raises ValueError naming the problem).
+        `chat_template_kwargs` become chat-template variables (tools=[...], enable_thinking=...),
+        as in transformers' apply_chat_template and vLLM's request field of that name."""
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         if not messages:
             raise ValueError("messages must be a non-empty list")
-        prompt = self.tokenizer.encode_chat(messages)
+        kwargs = chat_template_kwargs or {}
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ValueError("chat_template_kwargs must be a dict with string keys")
+        if {"messages", "add_generation_prompt"} & set(kwargs):
+            raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
+        if kwargs and isinstance(messages, str):
+            raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
+        # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
+        prompt = (self.tokenizer.encode(messages) if isinstance(messages, str)
+                  else self.tokenizer.encode_chat(messages, **kwargs))
         mc = self.model_config
+        params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         model_block = mc.block_size if mc.block_causal else 0
-        decode_block = params.block_size or (model_block or 32)
+        decode_block = params.block_size
         if model_block and model_block % decode_block:
             raise ValueError(f"block_size {decode_block} must divide the model's trained block "
                              f"{model_block} ({self.model_name} is block-causal)")
         seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
                        params, model_block, decode_block, int(mc.logit_shift),
-                       self.config.prefix_cache)
+                       self.config.prefix_cache and rules.prefix_cache, rules=rules)
         if seq.canvas_end > self.max_seq_len:
             raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
                              f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
         return seq
 
-    async def generate(self, messages: list[dict], params: SamplingParams | None = None,
-                       request_id: str | None = None) -> AsyncIterator[Delta]:
+    async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
+                       request_id: str | None = None,
+                       chat_template_kwargs: dict | None = None) -> AsyncIterator[Delta]:
         params = params or self.config.default_params
-        seq = self.prepare(messages, params, request_id)
+        seq = self.prepare(messages, params, request_id, chat_template_kwargs)
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         with self._lock:
@@ -252,7 +268,9 @@ class Engine:
         self._deliver(seq.request_id, Delta(
             seq.request_id, text, ev.token_ids, finished, reason, seq.prompt_len,
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
-            now - seq.t_submit, seq.first_block_conf if seq.t_first_block else None))
+            now - seq.t_submit,
+            seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None,
+            seq.first_block_conf if seq.t_first_block else None))
 
     def _deliver(self, request_id: str, item) -> None:
         caller = self._callers.get(request_id)

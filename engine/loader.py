@@ -9,6 +9,8 @@ unexpected tensor, or a shape mismatch raises an error naming the file and the t
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,10 +23,12 @@ from engine.config import ModelConfig
 from engine.model import DiffusionLM
 from engine.tokenizer import ChatTokenizer
 
+log = logging.getLogger("diffvoice.loader")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "chat_template.jinja", "generation_config.json")
+                   "chat_template.jinja", "generation_config.json", "vocab.json", "merges.txt",
+                   "added_tokens.json")
 
 
 def checkpoint_names(cfg: ModelConfig) -> dict[str, str]:
@@ -123,6 +127,7 @@ def read_config(path: str | Path) -> tuple[ModelConfig, ChatTokenizer]:
     tok_eos = tokenizer.token_id(tokenizer.special.get("eos_token"))
     if tok_eos is not None:
         eos.append(tok_eos)
+    eos += tokenizer.end_of_turn_ids()  # e.g. LLaDA's <|eot_id|>, absent from its configs
     eos = tuple(dict.fromkeys(int(e) for e in eos))
     if not eos:
         raise ValueError(f"{cfg_file}: no eos_token_id here, in generation_config.json or as the "
@@ -130,15 +135,41 @@ def read_config(path: str | Path) -> tuple[ModelConfig, ChatTokenizer]:
     return replace(cfg, mask_token_id=int(mask_id), eos_token_ids=eos), tokenizer
 
 
+def _head_name(cfg: ModelConfig) -> str:
+    return "model.transformer.ff_out.weight" if cfg.layout == "llada" else "lm_head.weight"
+
+
+def _resolve_tied_head(cfg: ModelConfig, files: dict[str, Path]):
+    """A tied checkpoint that also stores the output head, as transformers (5.x) treats it: a head
+    equal to the embedding is dropped (the two stay tied); a different one is used, untied, with a
+    warning. Returns the (possibly untied) config and the tensor files to load."""
+    head = _head_name(cfg)
+    if not cfg.tie_word_embeddings or head not in files:
+        return cfg, files
+    embed = checkpoint_names(replace(cfg, tie_word_embeddings=False))["embed.weight"]
+    if embed not in files:
+        return cfg, files  # reported as a missing tensor by the caller
+    with safe_open(str(files[head]), framework="pt") as f:
+        head_t = f.get_tensor(head)
+    with safe_open(str(files[embed]), framework="pt") as f:
+        embed_t = f.get_tensor(embed)
+    if head_t.shape == embed_t.shape and torch.equal(head_t, embed_t):
+        return cfg, {n: f for n, f in files.items() if n != head}
+    log.warning("%s: config ties the output head to the embedding but %r holds different values; "
+                "using the stored head untied (as transformers does)", files[head], head)
+    return replace(cfg, tie_word_embeddings=False), files
+
+
 def load_checkpoint(path: str | Path, dtype: str = "auto", device: str = "cpu") -> LoadedModel:
     path = Path(path)
     dev = torch.device(device)
     cfg, tokenizer = read_config(path)
     torch_dtype = resolve_dtype(dtype, dev)
+    files = _tensor_files(path)
+    cfg, files = _resolve_tied_head(cfg, files)
     with torch.device("meta"):
         model = DiffusionLM(cfg)
     names = checkpoint_names(cfg)
-    files = _tensor_files(path)
     expected = {theirs: ours for ours, theirs in names.items()}
     unexpected = [n for n in files if n not in expected and not n.endswith(IGNORED_SUFFIXES)]
     if unexpected:
@@ -198,9 +229,25 @@ def save_checkpoint(model: DiffusionLM, out_dir: str | Path,
             json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2) + "\n")
     else:
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    _umask_mode(out.glob("*.safetensors"))
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             src = Path(tokenizer_dir) / name
             if src.is_file() and src.resolve() != (out / name).resolve():
                 shutil.copy(src, out / name)
+    gen_file = out / "generation_config.json"
+    if not gen_file.is_file() and cfg.eos_token_ids:  # Dream's from_pretrained requires one
+        eos = list(cfg.eos_token_ids)
+        gen_file.write_text(json.dumps({"_from_model_config": True,
+                                        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+                                        "pad_token_id": eos[0]}, indent=2) + "\n")
     return out
+
+
+def _umask_mode(paths) -> None:
+    """safetensors writes through a private temp file (mode 0600); give the weights the mode any
+    other file written here gets (0666 minus the umask), so a shared checkpoint is readable."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~umask)

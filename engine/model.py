@@ -10,12 +10,15 @@ The model knows nothing about masks ids, tokenizers, policies or scheduling.
 
 from __future__ import annotations
 
+import json
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import attend
+from engine.attention import attend, attention_mask, uses_mask
 from engine.config import ModelConfig
+from engine.rope import inv_freq as rope_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -33,20 +36,44 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
-                                             dtype=torch.float32) / head_dim))
+_INV_FREQ: dict[tuple, tuple[torch.Tensor, float]] = {}
+
+
+def _slot_run(slots: torch.Tensor) -> tuple[int, int] | None:
+    """(first, end) when the rows are the single slot `first` on the CPU (then the pools are
+    sliced, not gathered; on CUDA the gather stays, it needs no host read), else None."""
+    if slots.device.type != "cpu" or slots.numel() != 1:
+        return None
+    first = int(slots[0])
+    return first, first + 1
+
+
+def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype,
+           scaling: dict | None = None, max_positions: int = 4096):
+    """cos/sin tables [B, L, head_dim] for absolute positions [B, L] (rotate_half convention);
+    `scaling` is the config's rope_scaling (engine.rope), None for plain RoPE."""
+    key = (head_dim, theta, positions.device,
+           None if scaling is None else json.dumps(scaling, sort_keys=True), max_positions)
+    cached = _INV_FREQ.get(key)
+    if cached is None:
+        cached = _INV_FREQ[key] = rope_inv_freq(head_dim, theta, scaling, max_positions,
+                                                positions.device)
+    inv_freq, attention_factor = cached
     freqs = positions.float()[..., None] * inv_freq  # [B, L, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_factor != 1.0:  # yarn scales cos/sin (transformers' attention_scaling)
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [B, L, H, D]; cos/sin: [B, L, D]
+    # x: [B, L, H, D]; cos/sin: [B, L, D], or [B, L, 1, D] (unsqueezed once per pass)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, :, None] + rotated * sin[:, :, None]
+    if cos.dim() == 3:
+        cos, sin = cos[:, :, None], sin[:, :, None]
+    return x * cos + rotated * sin
 
 
 class DecoderLayer(nn.Module):
@@ -76,8 +103,7 @@ class DecoderLayer(nn.Module):
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, n, _ = x.shape
         if self.fused_qkv is not None:  # one matmul instead of three
-            hq, hkv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(x, self.fused_qkv, self.fused_qkv_bias).split((hq, hkv, hkv), -1)
+            return self._qkv_fused(x, cos, sin)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(b, n, self.num_heads, self.head_dim)
@@ -86,6 +112,24 @@ class DecoderLayer(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v  # each [B, L, H, D]
+
+    fused_qk_norm: torch.Tensor | None = None  # [Hq + Hkv, D]: q_norm / k_norm weights
+
+    def _qkv_fused(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """The same math as the unfused path with fewer ops (the per-op cost dominates small
+        models): q and k are normed and rotated together as one [B, L, Hq + Hkv, D] view."""
+        b, n, _ = x.shape
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        out = F.linear(x, self.fused_qkv, self.fused_qkv_bias)
+        qk = out[..., : (h + hkv) * d].view(b, n, h + hkv, d)
+        v = out[..., (h + hkv) * d:].view(b, n, hkv, d)
+        if self.q_norm is not None:
+            if qk.dtype == torch.float32:
+                qk = F.rms_norm(qk, (d,), None, self.q_norm.eps) * self.fused_qk_norm
+            else:
+                qk = torch.cat((self.q_norm(qk[:, :, :h]), self.k_norm(qk[:, :, h:])), 2)
+        qk = apply_rotary(qk, cos, sin)
+        return qk[:, :, :h], qk[:, :, h:], v
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused_gate_up is not None:
@@ -132,6 +176,10 @@ class DiffusionLM(nn.Module):
                 for p, b in zip(parts, layer.fused_qkv_bias.split(
                         [p.bias.shape[0] for p in parts]), strict=True):
                     p.bias.data = b
+            if layer.q_norm is not None:
+                layer.fused_qk_norm = torch.cat((
+                    layer.q_norm.weight[None].expand(layer.num_heads, -1),
+                    layer.k_norm.weight[None].expand(layer.num_kv_heads, -1)))
             layer.fused_gate_up = torch.cat([layer.gate_proj.weight, layer.up_proj.weight])
             gate, up = layer.fused_gate_up.chunk(2)
             layer.gate_proj.weight.data, layer.up_proj.weight.data = gate, up
@@ -148,7 +196,8 @@ class DiffusionLM(nn.Module):
             blk = positions // cfg.block_size if cfg.block_causal else torch.zeros_like(positions)
             attn_mask = (blk[:, None, :, None] >= blk[:, None, None, :])
         x = self.embed(input_ids)  # [B, L, H]
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
+                          cfg.max_position_embeddings)
         for layer in self.layers:
             q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
             attn = F.scaled_dot_product_attention(
@@ -174,13 +223,25 @@ class DiffusionLM(nn.Module):
         """
         cfg = self.config
         x = self.embed(input_ids)
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
+                          cfg.max_position_embeddings)
+        cos, sin = cos[:, :, None], sin[:, :, None]
         block = cfg.block_size if cfg.block_causal else 0
+        # per pass, not per layer: the attention mask, and whether the rows are one slot run
+        # (then the cached K/V are views of the pools instead of gathered copies)
+        mask = (attention_mask(positions, key_valid, cache_lens, cache_len_max, block)
+                if uses_mask(x.device) else None)
+        run = _slot_run(slots)
         for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
             q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
-            k_cached = k_pool[slots, :, :cache_len_max]  # [B, Hkv, Tc, D]
-            v_cached = v_pool[slots, :, :cache_len_max]
-            attn = attend(q, k, v, k_cached, v_cached, cache_lens, positions, key_valid, block)
+            if run is not None:
+                k_cached = k_pool[run[0]:run[1], :, :cache_len_max]  # [B, Hkv, Tc, D]
+                v_cached = v_pool[run[0]:run[1], :, :cache_len_max]
+            else:
+                k_cached = k_pool[slots, :, :cache_len_max]
+                v_cached = v_pool[slots, :, :cache_len_max]
+            attn = attend(q, k, v, k_cached, v_cached, cache_lens, positions, key_valid, block,
+                          mask)
             if write_pos is not None:  # in place: the pools are the persistent cache
                 rows = slots[:, None].expand_as(write_pos)
                 k_pool[rows, :, write_pos] = k  # [B, L, Hkv, D] into [S, Hkv, T + 1, D]

@@ -8,44 +8,56 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-POLICIES = ("low_confidence", "threshold", "entropy")
+POLICIES = ("low_confidence", "threshold", "entropy", "sdar_static", "sdar_dynamic",
+            "threshold_ge", "dream_topk", "dream_entropy")
+DECODINGS = ("reference", "fast")
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """The reasoning dial: more denoising passes buy accuracy, fewer buy speed.
 
-    policy:          "low_confidence" (LLaDA: fixed `steps_per_block` passes per block),
+    policy:          None (the default) = the family's own rule under `decoding` (engine.decoding);
+                     "low_confidence" (LLaDA: fixed `steps_per_block` passes per block),
                      "threshold" (Fast-dLLM: commit every slot with p > `threshold`, >= 1 a pass),
                      "entropy" (EB-sampler: commit lowest-entropy slots while their summed
                      entropy stays <= `entropy_bound`, >= 1 a pass).
-    block_size:      decoding block; None takes the model's. Block-causal models accept a
-                     divisor of their trained block (sub-blocks decoded in order inside it).
+                     The families' own rules ("sdar_static", "sdar_dynamic", "threshold_ge",
+                     "dream_topk", "dream_entropy") may also be named directly.
+    threshold:       tau of the threshold rules; None = the family's default (SDAR 0.85, else 0.9).
+    block_size:      decoding block; None takes the family's (block-causal: the model's; LLaDA
+                     32; Dream the whole answer). Block-causal models accept a divisor of their
+                     trained block (sub-blocks decoded in order inside it).
     temperature:     0 = greedy; > 0 samples with Gumbel noise drawn from `seed`.
     ignore_eos:      keep generating to max_new_tokens (benchmarks at equal answer length).
+    decoding:        "reference" = decode as the family's authors' code does (the default);
+                     "fast" = the engine's departures (fewer passes; see engine.decoding).
     """
 
     max_new_tokens: int = 64
-    policy: str = "low_confidence"
+    policy: str | None = None
     steps_per_block: int = 4
-    threshold: float = 0.9
+    threshold: float | None = None
     entropy_bound: float = 0.5
     block_size: int | None = None
     temperature: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    decoding: str = "reference"
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(
                 f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
-        if self.policy not in POLICIES:
+        if self.policy is not None and self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if not isinstance(self.steps_per_block, int) or self.steps_per_block < 1:
             raise ValueError(f"steps_per_block must be >= 1, got {self.steps_per_block!r}")
-        if not 0.0 < self.threshold <= 1.0:
+        if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
+        if self.decoding not in DECODINGS:
+            raise ValueError(f"decoding must be one of {DECODINGS}, got {self.decoding!r}")
         if self.entropy_bound < 0.0:
             raise ValueError(f"entropy_bound must be >= 0, got {self.entropy_bound!r}")
         if self.block_size is not None and (not isinstance(self.block_size, int)

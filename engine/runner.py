@@ -16,7 +16,10 @@ import torch
 from engine.cuda_graphs import StaticForward
 from engine.loader import LoadedModel
 from engine.params import EngineConfig
-from engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
+from engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
+from engine.rowbatch import FLOAT as FC
+from engine.rowbatch import INT as IC
+from engine.rowbatch import pack
 from engine.sampling import predict
 from engine.sequence import Sequence
 
@@ -46,6 +49,7 @@ class ModelRunner:
                     torch.zeros(shape, dtype=dtype, device=device))
                    for _ in range(self.mc.num_layers)]
         self.seq = torch.full((slots, self.T + 1), self.mask_id, dtype=torch.long, device=device)
+        self.arange = torch.arange(self.T + 1, device=device)
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
         graphs = device.type == "cuda" and not config.enforce_eager
@@ -55,11 +59,13 @@ class ModelRunner:
                                         capture=graphs)
 
     def admit(self, s: Sequence) -> None:
-        """Lay out the slot's canvas: prompt, masks to gen_end, EOS padding to the canvas end."""
+        """Lay out the slot's canvas: prompt, masks to gen_end, then (fast decoding) EOS padding
+        to the canvas end."""
         row = self.seq[s.slot]
         row.fill_(self.mask_id)
         row[: s.prompt_len] = torch.tensor(s.prompt_ids, dtype=torch.long)
-        row[s.gen_end: s.canvas_end] = int(self.mc.eos_token_ids[0])
+        if s.rules.eos_fill:  # reference decoding keeps masks there, as the authors' loops do
+            row[s.gen_end: s.canvas_end] = int(self.mc.eos_token_ids[0])
         if s.params.temperature > 0:
             g = torch.Generator(device=self.device)
             g.manual_seed(s.params.seed if s.params.seed is not None
@@ -74,24 +80,20 @@ class ModelRunner:
         dev, shift = self.device, self.shift
         W = max(r.q_end - r.q_start for r in rows)
         L = max(max(r.q_end - r.first_computed for r in rows), W + shift)
-        # host-side geometry, one small tensor each: [B] ints
-        col = lambda xs, dtype=torch.long: torch.tensor(xs, dtype=dtype, device=dev)  # noqa: E731
-        slots = col([r.slot for r in rows])
-        q_end = col([r.q_end for r in rows])
-        first = col([r.first_computed for r in rows])
-        visible = col([r.visible_cache for r in rows])
-        q_start = col([r.q_start for r in rows])
-        writes = col([r.writes for r in rows], torch.bool)
-        positions = q_end[:, None] - L + torch.arange(L, device=dev)[None]  # [B, L]
+        ints, floats, host = pack(rows, dev)  # host-side geometry: one tensor each
+        columns = ints.unbind(1)  # one op for every column view
+        c = lambda name: columns[IC[name]]  # noqa: E731
+        slots, q_end, first, visible = c("slot"), c("q_end"), c("first"), c("visible")
+        positions = q_end[:, None] - L + self.arange[:L][None]  # [B, L]
         valid = positions >= first[:, None]
         key_valid = valid & (positions >= visible[:, None])
         write_pos = None
-        if any(r.writes for r in rows):
-            store = key_valid & writes[:, None] & (positions < q_start[:, None])
+        if any(h[IC["writes"]] for h in host):
+            store = key_valid & c("writes").bool()[:, None] & (positions < c("q_start")[:, None])
             write_pos = torch.where(store, positions, self.T)
         gather_pos = torch.where(valid, positions, self.T)
         ids = self.seq[slots[:, None], gather_pos]  # [B, L]
-        cache_len_max = max(r.visible_cache for r in rows)
+        cache_len_max = max(h[IC["visible"]] for h in host)
         logits = None
         if self.static is not None and write_pos is None:  # decode-only: fixed shapes
             logits = self.static(ids, positions.clamp(min=0), key_valid, slots, visible,
@@ -104,37 +106,51 @@ class ModelRunner:
 
         wpos = positions[:, L - W:]  # [B, W] absolute position of each window slot
         cur = ids[:, L - W:]
-        d_start = col([r.d_start for r in rows])[:, None]
-        d_end = col([r.d_end for r in rows])[:, None]
+        d_start, d_end = c("d_start")[:, None], c("d_end")[:, None]
         in_block = (wpos >= d_start) & (wpos < d_end)
         maskable = (cur == self.mask_id) & in_block
-        names = sorted({r.params.policy for r in rows})
+        names = sorted({r.params.policy or "low_confidence" for r in rows})
+        full_vocab = c("full_vocab").bool() if any(h[IC["full_vocab"]] for h in host) else None
         pred, conf, entropy = predict(
             logits, self.mask_id, [r.params.temperature for r in rows],
             [self.generators.get(r.slot) for r in rows],
-            need_entropy=bool(NEEDS_ENTROPY.intersection(names)))
+            need_entropy=bool(NEEDS_ENTROPY.intersection(names)), full_vocab=full_vocab)
         knobs = PolicyKnobs(
-            steps_left=col([r.steps_left for r in rows]),
-            threshold=col([r.params.threshold for r in rows], torch.float32),
-            entropy_bound=col([r.params.entropy_bound for r in rows], torch.float32))
-        commit = commit_mixed(names, col([POLICY_IDS[r.params.policy] for r in rows]), conf,
-                              entropy, maskable, knobs)
+            steps_left=c("steps_left"), threshold=floats[:, FC["threshold"]],
+            entropy_bound=floats[:, FC["entropy_bound"]], k_fixed=c("k_fixed"),
+            k_host=[h[IC["k_fixed"]] for h in host],
+            block=(wpos >= c("block_start")[:, None]) & (wpos < d_end),
+            dream_f=floats[:, FC["dream_f"]])
+        commit = commit_mixed(names, c("policy"), conf, entropy, maskable, knobs)
+        if any(h[IC["first_token"]] for h in host):  # v2: a new block's slot 0 alone, from the
+            slot0 = maskable & (wpos == d_start)  # previous block's last logit
+            commit = torch.where(c("first_token").bool()[:, None], slot0, commit)
         new = torch.where(commit, pred, cur)
-        # after a committed EOS nothing more is generated: fill the masks behind it with EOS
-        stop_rows = col([not r.params.ignore_eos for r in rows], torch.bool)[:, None]
-        prompt_len = col([r.prompt_len for r in rows])[:, None]
+        stop_rows = c("stop").bool()[:, None]
+        prompt_len = c("prompt_len")[:, None]
         is_eos = torch.isin(new, self.eos_ids) & (wpos >= prompt_len) & stop_rows
-        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
-        new = torch.where(after_eos & (new == self.mask_id), self.eos_ids[0], new)
+        if any(h[IC["eos_fill"]] for h in host):
+            # fast decoding: after a committed EOS nothing more is generated; fill the masks
+            # behind it with EOS
+            after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+            fill = after_eos & (new == self.mask_id) & c("eos_fill").bool()[:, None]
+            new = torch.where(fill, self.eos_ids[0], new)
         in_window = wpos >= first[:, None]
         self.seq[slots[:, None], torch.where(in_window, wpos, self.T)] = new
-        remaining = ((new == self.mask_id) & in_block).sum(-1)
+        # masks that still decide the answer: with final commits, none past max_new_tokens or
+        # behind the first EOS (those slots can no longer change any token before them)
+        counted = in_block
+        if any(h[IC["final"]] for h in host):
+            before_eos = is_eos.long().cumsum(-1) == 0
+            early = (wpos < c("gen_end")[:, None]) & before_eos
+            counted = in_block & (early | ~c("final").bool()[:, None])
+        remaining = ((new == self.mask_id) & counted).sum(-1)
         # the lowest committed confidence per row rides along in the same copy (micro-units)
         low = (torch.where(commit, conf, torch.ones_like(conf)).amin(-1) * 1e6).long()
-        host = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
+        out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
         return StepOutput(window_start=[r.q_end - W for r in rows],
-                          tokens=[h[:-2] for h in host], remaining=[h[-2] for h in host],
-                          min_conf=[h[-1] / 1e6 for h in host])
+                          tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
+                          min_conf=[h[-1] / 1e6 for h in out])
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:

@@ -3,7 +3,10 @@
 Greedy rows take the argmax; rows with temperature > 0 add Gumbel noise drawn from the request's
 own generator (so a seeded request decodes the same whatever else is in the batch). Confidence is
 the softmax probability of the chosen token under the untempered distribution (LLaDA's p(x0)).
-The mask token is never predicted. Routes to kernels.ops.unmask_confidence for greedy batches.
+The mask token is never predicted. Rows flagged `full_vocab` (the families' own decoders) take
+that probability, and the entropy, over the full vocabulary with the mask token in the
+denominator, as the reference loops do; other rows leave it out. Routes to
+kernels.ops.unmask_confidence for greedy batches.
 """
 
 from __future__ import annotations
@@ -14,10 +17,35 @@ from kernels.ops import unmask_confidence as _fused  # Triton on CUDA, its refer
 
 
 def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
-            generators: list[torch.Generator | None], need_entropy: bool):
-    """logits [B, W, V] -> (token [B, W] int64, conf [B, W] f32, entropy [B, W] f32 | None)."""
+            generators: list[torch.Generator | None], need_entropy: bool,
+            full_vocab: torch.Tensor | None = None):
+    """logits [B, W, V] -> (token [B, W] int64, conf [B, W] f32, entropy [B, W] f32 | None);
+    full_vocab [B] bool or None (no row)."""
     logits = logits.float()
+    if full_vocab is not None:
+        mask_logit = logits[..., mask_id].clone()
+        full_entropy = _entropy(logits) if need_entropy else None
     logits[..., mask_id] = float("-inf")
+    token, conf, entropy = _predict(logits, temperatures, generators, need_entropy)
+    if full_vocab is None:
+        return token, conf, entropy
+    # p over V with the mask: p' / (1 + p' e^(l_mask - l_tok)), p' the probability without it
+    l_tok = logits.gather(-1, token[..., None]).squeeze(-1)
+    conf_full = conf / (1.0 + conf * torch.exp(mask_logit - l_tok))
+    rows = full_vocab[:, None]
+    conf = torch.where(rows, conf_full, conf)
+    if entropy is not None:
+        entropy = torch.where(rows, full_entropy, entropy)
+    return token, conf, entropy
+
+
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
+
+
+def _predict(logits, temperatures, generators, need_entropy):
     if not any(t > 0 for t in temperatures):
         token, conf, entropy = _fused(logits, need_entropy=need_entropy)
         return token, conf, entropy

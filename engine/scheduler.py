@@ -72,7 +72,9 @@ class Scheduler:
             self.free_slots.append(seq.slot)
             cached = (seq.prompt_ids + seq.generated)[: seq.cache_len]
             if seq.model_block and reason in ("stop", "length") and len(cached) == seq.cache_len:
-                self.parked[seq.slot] = cached
+                # a block whose prompt tokens a pass rewrote (SDAR's top-k) is not reusable
+                self.parked[seq.slot] = cached[: seq.cache_dirty] if seq.cache_dirty >= 0 \
+                    else cached
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         self.by_id.pop(seq.request_id, None)
@@ -85,6 +87,7 @@ class Scheduler:
             seq.slot, seq.cache_len = self._pick_slot(seq)
             self.reused_tokens += seq.cache_len
             seq.status = Status.RUNNING
+            seq.t_scheduled = time.perf_counter()
             self.running[seq.slot] = seq
             admitted.append(seq)
         return sorted(self.running.values(), key=lambda s: s.slot), admitted
@@ -120,7 +123,11 @@ class Scheduler:
             if seq.writes:
                 seq.cache_len = seq.q_start
             seq.passes += 1
-            seq.steps_in_block += 1
+            if seq.first_token_due:  # this pass committed only the block's first token
+                seq.ar_pos = seq.d_start
+            else:
+                seq.steps_in_block += 1
+            seq.note_window(out.window_start[i], out.tokens[i])
             if out.remaining[i] > 0:
                 continue
             offset = seq.d_start - out.window_start[i]

@@ -11,7 +11,8 @@ Positions are absolute (0 = first prompt token). Geometry, per family:
                 recomputes and stores [0, q_start) (Fast-dLLM v1 PrefixCache); without it every
                 pass recomputes everything and stores nothing.
 With a logit shift the pass also computes position q_start - 1 (query only) so slot i can read
-logit i - 1. Knows nothing about tensors.
+logit i - 1. `rules` (engine.decoding) add the family's own block rules: the first-token pass of
+shifted families, the fixed SDAR and Dream schedules. Knows nothing about tensors.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from engine.decoding import FAST, DecodeRules, sdar_schedule
 from engine.params import SamplingParams
+from engine.policies.reference import dream_factor
 
 
 class Status(Enum):
@@ -52,6 +55,10 @@ class Sequence:
     generated: list[int] = field(default_factory=list)
     t_submit: float = field(default_factory=time.perf_counter)
     t_first_block: float | None = None
+    rules: DecodeRules = FAST
+    ar_pos: int = -1  # block start whose first token the first-token pass committed
+    cache_dirty: int = -1  # first cached position a pass rewrote (SDAR's top-k), -1 = none
+    t_scheduled: float | None = None  # when it left the waiting queue for a slot
     first_block_conf: float = 1.0  # lowest confidence of a token committed in the first block
 
     def __post_init__(self) -> None:
@@ -106,3 +113,38 @@ class Sequence:
     @property
     def steps_left(self) -> int:
         return max(1, self.params.steps_per_block - self.steps_in_block)
+
+    # ------------------------------------------------------------------ family rules
+    @property
+    def first_token_due(self) -> bool:
+        """Does this pass commit only the new block's slot 0 from the previous logit (v2)?"""
+        return (self.rules.first_token_ar and bool(self.shift) and bool(self.model_block)
+                and self.d_start == self.q_start and self.d_start >= self.prompt_len
+                and self.ar_pos != self.d_start and self.d_start < self.gen_end)
+
+    @property
+    def block_start(self) -> int:
+        """Start of the (aligned) decode block holding d_start."""
+        if self.model_block:
+            return self.d_start // self.decode_block * self.decode_block
+        return self.d_start
+
+    @property
+    def k_fixed(self) -> int:
+        """SDAR's schedule count for this pass (everything left once the schedule is spent)."""
+        steps = self.params.steps_per_block
+        if self.steps_in_block >= steps:
+            return self.decode_block
+        return sdar_schedule(self.decode_block, steps)[self.steps_in_block]
+
+    @property
+    def dream_f(self) -> float:
+        return dream_factor(self.steps_in_block, self.params.steps_per_block)
+
+    def note_window(self, window_start: int, tokens: list[int]) -> None:
+        """After a pass: a rule that may rewrite decoded slots touched the prompt's tail."""
+        if self.rules.final_commits or window_start >= self.prompt_len:
+            return
+        n = self.prompt_len - window_start
+        if tokens[:n] != self.prompt_ids[window_start:] and self.cache_dirty < 0:
+            self.cache_dirty = window_start

@@ -34,8 +34,10 @@ FAMILY_MASK_TOKENS = {"llada": "<|mdm_mask|>", "dream": "<|mask|>", "sdar": "<|m
                       "fast_dllm_v2": "|<MASK>|"}
 
 
-def make_tokenizer(out_dir: Path, mask_token: str = "<|mask|>", vocab_size: int = 400) -> Tokenizer:
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", mask_token]
+def make_tokenizer(out_dir: Path, mask_token: str = "<|mask|>", vocab_size: int = 400,
+                   extra_specials: tuple[str, ...] = (), chat_template: str = CHATML_TEMPLATE,
+                   eos_token: str = "<|im_end|>") -> Tokenizer:
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", mask_token, *extra_specials]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -46,7 +48,7 @@ def make_tokenizer(out_dir: Path, mask_token: str = "<|mask|>", vocab_size: int 
     out_dir.mkdir(parents=True, exist_ok=True)
     tok.save(str(out_dir / "tokenizer.json"))
     (out_dir / "tokenizer_config.json").write_text(json.dumps({
-        "chat_template": CHATML_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "chat_template": chat_template, "eos_token": eos_token, "pad_token": "<|endoftext|>",
         "mask_token": mask_token, "bos_token": None}, indent=2))
     return tok
 
@@ -67,15 +69,18 @@ def random_config(family: str, vocab_size: int, mask_token_id: int, eos_ids: tup
 
 def make_random_checkpoint(out_dir: str | Path, family: str = "sdar", seed: int = 0,
                            dtype: str = "float32", shard_size: int | None = None,
-                           init_std: float = 0.02, **overrides) -> Path:
+                           init_std: float = 0.02, tokenizer_kwargs: dict | None = None,
+                           config_eos: str = "<|im_end|>", **overrides) -> Path:
     """A loadable random-weight checkpoint (~100k params by default); returns its directory.
 
     A larger `init_std` gives peaked logits (fewer near-ties between slots, which float noise
-    could otherwise break differently in two equivalent computations)."""
+    could otherwise break differently in two equivalent computations). `tokenizer_kwargs` go to
+    make_tokenizer (extra special tokens, another chat template); `config_eos` is the token whose
+    id config.json declares as eos_token_id."""
     out = Path(out_dir)
     mask_token = FAMILY_MASK_TOKENS[family]
-    tok = make_tokenizer(out, mask_token)
-    eos = tok.token_to_id("<|im_end|>")
+    tok = make_tokenizer(out, mask_token, **(tokenizer_kwargs or {}))
+    eos = tok.token_to_id(config_eos)
     cfg = random_config(family, tok.get_vocab_size(), tok.token_to_id(mask_token), (eos,),
                         **overrides)
     model = DiffusionLM(cfg)

@@ -1,9 +1,10 @@
 """Chat tokenizer from a checkpoint's own files, and incremental detokenisation for streaming.
 
-ChatTokenizer reads tokenizer.json (via `tokenizers`) and tokenizer_config.json (chat template,
-eos/mask tokens); it renders the chat template with jinja2 the way transformers does. It knows
-nothing about models or decoding. Detokenizer turns committed ids into text deltas that never end
-in broken UTF-8 or half a word.
+ChatTokenizer reads tokenizer.json (via `tokenizers`), or rebuilds it from vocab.json + merges.txt
+(engine.bpe_files), and tokenizer_config.json (chat template, eos/mask tokens); it renders the chat
+template with jinja2 the way transformers does, template kwargs (tools, enable_thinking) included.
+It knows nothing about models or decoding. Detokenizer turns committed ids into text deltas that
+never end in broken UTF-8 or half a word.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
+from engine.bpe_files import tokenizer_from_bpe_files
 
 MASK_TOKEN_CANDIDATES = ("<|mask|>", "<|mdm_mask|>", "|<MASK>|", "<MASK>", "[MASK]", "<mask>")
 
@@ -45,21 +48,23 @@ class ChatTokenizer:
     def from_dir(cls, path: str | Path) -> ChatTokenizer:
         path = Path(path)
         tok_file = path / "tokenizer.json"
-        if not tok_file.is_file():
-            raise FileNotFoundError(
-                f"{tok_file}: missing (the engine needs the checkpoint's tokenizer)")
-        tokenizer = Tokenizer.from_file(str(tok_file))
         cfg_file = path / "tokenizer_config.json"
         cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+        if tok_file.is_file():
+            tokenizer = Tokenizer.from_file(str(tok_file))
+        else:  # only the slow tokenizer's files: rebuild it (engine.bpe_files)
+            tokenizer = tokenizer_from_bpe_files(path, cfg)
         template = cfg.get("chat_template")
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in template}
             template = named.get("default") or next(iter(named.values()), None)
         jinja_file = path / "chat_template.jinja"
-        if template is None and jinja_file.is_file():
+        if jinja_file.is_file():  # transformers: the file takes priority over the config entry
             template = jinja_file.read_text()
-        special = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "pad_token",
-                                                        "mask_token")}
+        map_file = path / "special_tokens_map.json"  # transformers' fallback for these names
+        special_map = json.loads(map_file.read_text()) if map_file.is_file() else {}
+        special = {k: _token_text(cfg.get(k)) or _token_text(special_map.get(k))
+                   for k in ("bos_token", "eos_token", "pad_token", "mask_token")}
         return cls(tokenizer, template, {k: v for k, v in special.items() if v},
                    source=str(cfg_file))
 
@@ -73,13 +78,44 @@ class ChatTokenizer:
                 return tid
         return None
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True,
+               **template_kwargs) -> str:
+        """The chat template rendered as transformers' apply_chat_template(tokenize=False) does;
+        `template_kwargs` (e.g. tools=[...], enable_thinking=False) become template variables."""
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m or "content" not in m:
                 raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content'")
-        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                    bos_token=self.special.get("bos_token", ""),
-                                    eos_token=self.special.get("eos_token", ""))
+        variables = {"bos_token": self.special.get("bos_token", ""),
+                     "eos_token": self.special.get("eos_token", ""),
+                     "pad_token": self.special.get("pad_token", ""),
+                     "mask_token": self.special.get("mask_token", "")}
+        variables.update(template_kwargs)
+        return self.template.render(messages=messages,
+                                    add_generation_prompt=add_generation_prompt, **variables)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tokenize: bool = True, **template_kwargs) -> list[int] | str:
+        """transformers-style entry point: ids (tokenize=True) or the rendered text."""
+        text = self.render(messages, add_generation_prompt, **template_kwargs)
+        return self.encode(text) if tokenize else text
+
+    def end_of_turn_ids(self) -> list[int]:
+        """The special token the chat template writes right after an assistant message's content
+        (ChatML's <|im_end|>, LLaDA's <|eot_id|>): what the model was trained to emit to end its
+        turn. Found by rendering a one-exchange conversation; [] if the template will not render
+        it or writes plain text there."""
+        sentinel = "\u2063diffvoice-end-of-turn-probe\u2063"
+        try:
+            text = self.render([{"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": sentinel}],
+                               add_generation_prompt=False)
+        except Exception:  # noqa: BLE001 - a template may insist on other roles; then no probe
+            return []
+        if sentinel not in text:
+            return []
+        added = {t.content for t in self.tokenizer.get_added_tokens_decoder().values()}
+        after = self.encode(text.split(sentinel, 1)[1])[:1]  # LLaDA's template goes on with a
+        return [t for t in after if self.tokenizer.id_to_token(t) in added]  # header: 1 token
 
     def dropped(self, messages: list[dict]) -> dict[str, int]:
         """How many messages the chat template leaves out of the prompt, by role ("system",
@@ -97,8 +133,8 @@ class ChatTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        return self.encode(self.render(messages))
+    def encode_chat(self, messages: list[dict], **template_kwargs) -> list[int]:
+        return self.encode(self.render(messages, **template_kwargs))
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

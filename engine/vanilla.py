@@ -1,10 +1,12 @@
-"""The reference decoding loop: the whole sequence recomputed every pass, no KV cache.
+"""The full-recompute decoding loop: the whole sequence recomputed every pass, no KV cache.
 
-`reference_decode` follows the same block schedule, unmasking policies and EOS rules as the
-engine but with plain `model.forward` over [prompt + canvas] each pass, batch 1. It is the
-oracle in tests (cached and uncached decoding must agree for block-causal models) and, with one
-token committed per pass (low_confidence, steps_per_block = block), the vanilla LLaDA loop that
-`diffvoice bench engine` compares against.
+`reference_decode` follows the same block schedule, unmasking policies and family rules
+(engine.decoding: first-token pass, EOS handling, fixed schedules) as the engine but with plain
+`model.forward` over [prompt + canvas] each pass, batch 1. It is the oracle in tests (cached and
+uncached decoding must agree for block-causal models) and, with one token committed per pass
+(low_confidence, steps_per_block = block), the vanilla LLaDA loop that `diffvoice bench engine`
+compares against. The families' authors' loops themselves are re-implemented plainly in
+tests/engine/golden_loops.py and checked against tokens made by the authors' code.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import ModelConfig
+from engine.decoding import resolve
 from engine.model import DiffusionLM
 from engine.params import SamplingParams
 from engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
@@ -26,14 +29,19 @@ def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int]
     """-> (generated ids cut at EOS, number of forward passes). Greedy only."""
     if params.temperature > 0:
         raise ValueError("reference_decode is greedy only")
+    if decode_block is not None:
+        params = SamplingParams(**{**params.__dict__, "block_size": decode_block})
+    params, rules = resolve(params, cfg)
     mbs = cfg.block_size if cfg.block_causal else 0
-    s = Sequence("ref", list(prompt_ids), params, mbs, decode_block or params.block_size or
-                 (mbs or 32), int(cfg.logit_shift), prefix_cache=False)
+    s = Sequence("ref", list(prompt_ids), params, mbs, params.block_size, int(cfg.logit_shift),
+                 prefix_cache=False, rules=rules)
     mask_id, eos = int(cfg.mask_token_id), set(cfg.eos_token_ids)
     device = next(model.parameters()).device
+    eos_ids = torch.tensor(sorted(eos), device=device)
     x = torch.full((s.canvas_end,), mask_id, dtype=torch.long, device=device)
     x[: s.prompt_len] = torch.tensor(prompt_ids, device=device)
-    x[s.gen_end:] = cfg.eos_token_ids[0]
+    if rules.eos_fill:
+        x[s.gen_end:] = cfg.eos_token_ids[0]
     positions = torch.arange(s.canvas_end, device=device)[None]
     generated, passes = [], 0
     while True:
@@ -46,21 +54,32 @@ def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int]
         cur = x[lo:hi]
         maskable = (cur == mask_id) & (pos >= s.d_start) & (pos < s.d_end)
         pred, conf, ent = predict(logits[None, lo:hi].clone(), mask_id, [0.0], [None],
-                                  params.policy in NEEDS_ENTROPY)
-        knobs = PolicyKnobs(torch.tensor([s.steps_left], device=device),
-                            torch.tensor([params.threshold], device=device),
-                            torch.tensor([params.entropy_bound], device=device))
-        commit = commit_mixed([params.policy], torch.tensor([POLICY_IDS[params.policy]]),
-                              conf, ent, maskable[None], knobs)[0]
+                                  params.policy in NEEDS_ENTROPY,
+                                  torch.tensor([rules.full_vocab_confidence]))
+        if s.first_token_due:
+            commit = maskable & (pos == s.d_start)
+        else:
+            knobs = PolicyKnobs(torch.tensor([s.steps_left]), torch.tensor([params.threshold]),
+                                torch.tensor([params.entropy_bound]),
+                                k_fixed=torch.tensor([s.k_fixed]), k_host=[s.k_fixed],
+                                block=((pos >= s.block_start) & (pos < s.d_end))[None],
+                                dream_f=torch.tensor([s.dream_f], dtype=torch.float32))
+            commit = commit_mixed([params.policy], torch.tensor([POLICY_IDS[params.policy]]),
+                                  conf, ent, maskable[None], knobs)[0]
         new = torch.where(commit, pred[0], cur)
-        if not params.ignore_eos:
-            eos_ids = torch.tensor(sorted(eos), device=device)
-            is_eos = torch.isin(new, eos_ids) & (pos >= s.prompt_len)
+        is_eos = torch.isin(new, eos_ids) & (pos >= s.prompt_len) & (not params.ignore_eos)
+        if rules.eos_fill:
             after = (is_eos.long().cumsum(0) - is_eos.long()) > 0
             new = torch.where(after & (new == mask_id), cfg.eos_token_ids[0], new)
         x[lo:hi] = new
-        s.steps_in_block += 1
-        if bool(((x[s.d_start:s.d_end]) == mask_id).any()):
+        counted = (pos >= s.d_start) & (pos < s.d_end)
+        if rules.final_commits:
+            counted &= (pos < s.gen_end) & (is_eos.long().cumsum(0) == 0)
+        if s.first_token_due:
+            s.ar_pos = s.d_start
+        else:
+            s.steps_in_block += 1
+        if bool(((new == mask_id) & counted).any()):
             continue
         room = s.gen_end - s.d_start
         block = x[s.d_start:s.d_end].tolist()[:room]

@@ -3,13 +3,14 @@
 Contract: `tail_findings(per_level)` takes `{concurrency: [stages_of_one_turn, ...]}` (each a
 dict of `<stage>_ms` values, as `TurnResult.stages()` returns) and returns a few sentences:
 
-- per level: voice_to_voice p50/p99, and for the slowest `tail_fraction` of turns (those at or
+- per level: voice_to_voice p50 and p99 (max instead, labelled so, below 100 turns: see
+  report.PERCENTILE_MIN_SAMPLES), and for the slowest `tail_fraction` of turns (those at or
   above the voice_to_voice p90 by default) the mean time spent in each component: endpointing,
   asr, llm_ttft, tts_first_audio, and `other` = voice_to_voice minus those four (the server
   handing audio to the socket, transport, and the client's playout queue). Only turns where all
   components were measured are decomposed;
-- across levels: how voice_to_voice p99 grows from the lowest to the highest concurrency, and
-  which component's p99 grows the most.
+- across levels: how voice_to_voice p99 (or max, by the same rule) grows from the lowest to the
+  highest concurrency, and which component's grows the most.
 
 Every number in a sentence is computed here from the samples; nothing is hard-coded. An empty
 input gives no findings. Knows nothing about sockets or files.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from latency_bench.report import PERCENTILE_MIN_SAMPLES
 from latency_bench.stats import percentile, summarize
 
 COMPONENTS: tuple[str, ...] = ("endpointing_ms", "asr_ms", "llm_ttft_ms", "tts_first_audio_ms")
@@ -53,8 +55,9 @@ def _level_sentence(level: int, turns: Sequence[Mapping[str, float]],
     cutoff = percentile(totals, 100.0 * (1.0 - tail_fraction))
     tail = [t for t in turns if TOTAL in t and t[TOTAL] >= cutoff]
     body = [t for t in turns if TOTAL in t and t[TOTAL] <= summary["p50"]]
-    sentence = (f"{_sessions(level)}: voice_to_voice p50 {summary['p50']:,.0f} ms, p99 "
-                f"{summary['p99']:,.0f} ms ({len(totals)} turns).")
+    label, value = tail_stat(totals)
+    sentence = (f"{_sessions(level)}: voice_to_voice p50 {summary['p50']:,.0f} ms, {label} "
+                f"{value:,.0f} ms ({len(totals)} turns).")
     tail_parts, body_parts = decompose(tail), decompose(body)
     if tail_parts is None:
         return sentence
@@ -87,9 +90,16 @@ def tail_findings(per_level: Mapping[int, Sequence[Mapping[str, float]]],
     if len(measured) >= 2:
         low, high = measured[0], measured[-1]
 
+        # one tail statistic for the whole comparison: p99 only if every level has the samples
+        enough = all(sum(TOTAL in t for t in per_level[lv]) >= PERCENTILE_MIN_SAMPLES["p99"]
+                     for lv in (low, high))
+        label = "p99" if enough else "max"
+
         def p99(level: int, stage: str) -> float | None:
             values = [t[stage] for t in per_level[level] if stage in t]
-            return percentile(values, 99.0) if values else None
+            if not values:
+                return None
+            return percentile(values, 99.0) if enough else max(values)
 
         total_low, total_high = p99(low, TOTAL), p99(high, TOTAL)
         growth = []
@@ -97,12 +107,20 @@ def tail_findings(per_level: Mapping[int, Sequence[Mapping[str, float]]],
             a, b = p99(low, stage), p99(high, stage)
             if a is not None and b is not None:
                 growth.append((b - a, stage))
-        sentence = (f"From {_sessions(low)} to {high}, voice_to_voice p99 goes from "
+        sentence = (f"From {_sessions(low)} to {high}, voice_to_voice {label} goes from "
                     f"{total_low:,.0f} to {total_high:,.0f} ms "
                     f"({total_high - total_low:+,.0f} ms).")
         if growth:
             growth.sort(reverse=True)
             ranked = ", ".join(f"{_short(s)} {g:+,.0f} ms" for g, s in growth)
-            sentence += f" Change in p99 by stage: {ranked}."
+            sentence += f" Change in {label} by stage: {ranked}."
         findings.append(sentence)
     return findings
+
+
+def tail_stat(values: Sequence[float]) -> tuple[str, float]:
+    """("p99", value) with enough samples for a p99 (report.PERCENTILE_MIN_SAMPLES), else
+    ("max", value): a p99 of a few dozen turns is only an interpolation near the max."""
+    if len(values) >= PERCENTILE_MIN_SAMPLES["p99"]:
+        return "p99", percentile(values, 99.0)
+    return "max", max(values)

@@ -132,7 +132,8 @@ def _server_health(url: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         return {}
-    keys = ("model", "asr", "tts", "stop_secs", "output_sample_rate", "warnings")
+    keys = ("model", "asr", "tts", "stop_secs", "output_sample_rate", "warnings",
+            "machine", "versions")  # the last two: the server describes itself (--url mode)
     return {k: data[k] for k in keys if data.get(k) is not None}
 
 

@@ -6,6 +6,10 @@ What it measures (all greedy, answers forced to equal length with ignore_eos):
   tok_per_s          answer tokens / wall time, one request at a time
   vanilla.tok_per_s  the reference loop: whole sequence recomputed every pass, one token
                      committed per pass, no cache (engine.vanilla.reference_decode)
+  reference_loop     the model family's own decoding loop (its authors' code, re-implemented
+                     plainly in engine.reference_loops) with the same settings, batch 1;
+                     speedup_vs_reference_loop = tok_per_s / its tok/s, and how many answers
+                     are token-identical (decoding "reference", the default)
   batch8.aggregate_tok_per_s   8 concurrent requests in the one engine
   by_context         ttft / tok/s as the prompt grows (--context 128,1024,4096), and the
                      first-block time of the next turn of the same conversations, which
@@ -27,8 +31,10 @@ import torch
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.config import ModelConfig
+from engine.decoding import resolve
 from engine.loader import LoadedModel, load_checkpoint
 from engine.model import DiffusionLM
+from engine.reference_loops import loop_for
 from engine.testing import CORPUS, make_tokenizer
 from engine.tokenizer import ChatTokenizer
 from engine.vanilla import reference_decode
@@ -70,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps-per-block", type=int, default=2,
                         help="denoising passes per block (low_confidence policy)")
     parser.add_argument("--threshold", type=float, default=0.9, help="threshold policy's tau")
+    parser.add_argument("--decoding", default="reference", choices=["reference", "fast"],
+                        help="the family's own decoding (default) or the engine's departures")
     parser.add_argument("--stop-at-eos", action="store_true",
                         help="let answers end at EOS (both loops) instead of forcing "
                              "--answer-tokens; tok/s then counts the tokens actually produced")
@@ -172,6 +180,40 @@ def run_vanilla(loaded: LoadedModel, chats, answer_tokens: int, device: torch.de
             "loop": "full sequence recomputed every pass, one token committed per pass, no cache"}
 
 
+async def _answers(engine: Engine, chats, params) -> list[list[int]]:
+    out = []
+    for m in chats:
+        ids = []
+        async for d in engine.generate(m, params):
+            ids += d.token_ids
+        out.append(ids)
+    return out
+
+
+def run_reference_loop(loaded: LoadedModel, engine: Engine, chats, params: SamplingParams,
+                       device: torch.device) -> dict | None:
+    """The family's own loop at batch 1 on `chats`, and whether the engine's answers match."""
+    resolved, _ = resolve(params, loaded.config)
+    loop = loop_for(loaded.model, resolved, loaded.config)
+    if loop is None or not params.ignore_eos:
+        return None
+    tokens, same = 0, 0
+    engine_ids = asyncio.run(_answers(engine, chats, params))
+    _sync(device)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for m, mine in zip(chats, engine_ids, strict=True):
+            ids = loop(loaded.tokenizer.encode_chat(m))
+            tokens += len(ids)
+            same += ids == mine
+    _sync(device)
+    wall = time.perf_counter() - t0
+    return {"tok_per_s": tokens / wall, "tokens": tokens, "wall_s": wall,
+            "policy": resolved.policy, "answers_identical": same, "answers": len(chats),
+            "loop": f"{loaded.config.family}'s own decoding loop (engine.reference_loops), "
+                    "whole sequence recomputed every pass, batch 1"}
+
+
 def run(args: argparse.Namespace) -> int:
     from latency_bench.machine import git_revision, machine_info, package_versions
     from latency_bench.outputs import write_outputs
@@ -194,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
     batches = sorted(set(args.batch))
     params = SamplingParams(max_new_tokens=args.answer_tokens, steps_per_block=args.steps_per_block,
                             block_size=args.block_size, policy=args.policy,
-                            threshold=args.threshold, ignore_eos=not args.stop_at_eos)
+                            threshold=args.threshold, ignore_eos=not args.stop_at_eos,
+                            decoding=args.decoding)
     modes = [("graphs", False), ("eager", True)] if args.compare_graphs else [("default", False)]
     questions = None
     if args.prompts_file:
@@ -233,6 +276,9 @@ def run(args: argparse.Namespace) -> int:
                     by_context[str(ctx)]["vanilla_tok_per_s"] = v["tok_per_s"]
                     by_context[str(ctx)]["speedup_vs_vanilla"] = (r["aggregate_tok_per_s"]
                                                                   / v["tok_per_s"])
+            if mode == modes[0][0]:
+                ref_loop = run_reference_loop(loaded, engine, chats[: args.vanilla_prompts or
+                                                                    args.prompts], params, device)
         finally:
             engine.close()
         results[mode] = {"per_batch": per_batch, "by_context": by_context}
@@ -267,6 +313,9 @@ def run(args: argparse.Namespace) -> int:
     report["tok_per_s"] = b1["aggregate_tok_per_s"]
     report["vanilla"] = vanilla
     report["speedup_vs_vanilla"] = b1["aggregate_tok_per_s"] / vanilla["tok_per_s"]
+    if ref_loop is not None:
+        report["reference_loop"] = ref_loop
+        report["speedup_vs_reference_loop"] = b1["aggregate_tok_per_s"] / ref_loop["tok_per_s"]
     report["mean_answer_tokens"] = {"engine": b1["tokens"] / len(chats),
                                     "vanilla": vanilla["tokens"] / len(vanilla_chats)}
     report["mean_prompt_tokens"] = sum(len(loaded.tokenizer.encode_chat(m))
@@ -285,6 +334,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"ttft p50 {report['ttft_ms']['p50']:.1f} ms  p99 {report['ttft_ms']['p99']:.1f} ms | "
           f"{report['tok_per_s']:.0f} tok/s vs vanilla {vanilla['tok_per_s']:.0f} tok/s "
           f"(x{report['speedup_vs_vanilla']:.1f})"
+          + (f" | x{report['speedup_vs_reference_loop']:.1f} the family's own loop"
+             if ref_loop is not None else "")
           + "".join(f" | batch{b} {report[f'batch{b}']['aggregate_tok_per_s']:.0f} tok/s"
                     for b in batches if b > 1))
     print("wrote", ", ".join(str(p) for p in written.values()))

@@ -14,8 +14,9 @@ from typing import Any
 
 import jinja2
 
-from latency_bench.markdown import fmt_ms
-from latency_bench.report import STAGE_DESCRIPTIONS, stage_names
+from latency_bench.markdown import fmt_fraction, fmt_stat
+from latency_bench.quality import has_turns, sweep_quality
+from latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, stage_names
 from latency_bench.stats import SUMMARY_FIELDS
 
 _TEMPLATE = """<!doctype html>
@@ -38,9 +39,14 @@ img { max-width: 100%; border: 1px solid #eee; } .notes { max-width: 60em; }
 {% endfor %}</ul>{% endif %}
 <h2>p50 / p99 versus concurrency</h2>
 <table><tr><th>concurrency</th><th>turns</th><th>errors</th><th>timeouts</th>
-{% for name in names %}<th>{{ name }}<br>p50 / p99</th>{% endfor %}</tr>
+{% for name in names %}<th>{{ name }}<br>p50 / p99 (n)</th>{% endfor %}
+{% for head in quality_heads %}<th>{{ head }}</th>{% endfor %}</tr>
 {% for row in sweep_rows %}<tr>{% for cell in row %}<td class="n">{{ cell }}</td>{% endfor %}</tr>
 {% endfor %}</table>
+<p><i>Sample size: {{ rule }}.</i></p>
+{% if quality_heads %}<p><i>Quality: ASR WER = word error rate of the final transcript against
+the prompt's text; task success = answers that state the prompt's expected fact; n = turns
+judged.</i></p>{% endif %}
 {% if notes %}<p class="notes">{{ notes }}</p>{% endif %}
 {% if analysis %}<p>Computed from the samples:</p><ul>
 {% for line in analysis %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
@@ -62,6 +68,9 @@ _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
 def _header(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     config = report["config"]
     header = [("created", str(report["created"]))] if "created" in report else []
+    server = config.get("server") if isinstance(config.get("server"), Mapping) else {}
+    where = "load generator " if server else ""
+    described = [(f"server {k}", server[k]) for k in ("machine", "versions") if server.get(k)]
     for key in ("model", "asr", "tts", "stop_secs", "protocol", "url", "corpus",
                 "turns_per_session", "command", "machine", "versions"):
         value = config.get(key)
@@ -71,7 +80,12 @@ def _header(report: Mapping[str, Any]) -> list[tuple[str, str]]:
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, list | tuple):
             value = ", ".join(str(v) for v in value)
-        header.append((key, str(value)))
+        label = f"{where}{key}" if key in ("machine", "versions") else key
+        header.append((label, str(value)))
+    for label, value in described:  # --url mode: the server's own description (/healthz)
+        if isinstance(value, Mapping):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        header.append((label, str(value)))
     return header
 
 
@@ -79,20 +93,26 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes | None]) -
     names = stage_names(report)
     sweep_rows = []
     points = []
+    quality = sweep_quality(report) if has_turns(report) else None
     for point in report["sweep"]:
         row = [point["concurrency"], point.get("turns", "–"), point.get("errors", "–"),
                point.get("timeouts", "–")]
         for name in names:
             summary = point["stages"].get(name)
             row.append("–" if not summary or not summary["count"] else
-                       f"{fmt_ms(summary['p50'])} / {fmt_ms(summary['p99'])}")
+                       f"{fmt_stat(summary, 'p50')} / {fmt_stat(summary, 'p99')} "
+                       f"({summary['count']})")
+        if quality:
+            q = quality[point["concurrency"]]
+            row += [fmt_fraction(q["wer"], q["wer_turns"]),
+                    fmt_fraction(q["task_success"], q["task_turns"])]
         sweep_rows.append(row)
         rows = []
         for name in names:
             summary = point["stages"].get(name)
             if summary is not None:
                 rows.append([name, summary["count"]]
-                            + [fmt_ms(summary[f]) for f in SUMMARY_FIELDS[1:]])
+                            + [fmt_stat(summary, f) for f in SUMMARY_FIELDS[1:]])
         extra = ", ".join(f"{k}: {point[k]}" for k in ("turns", "errors", "timeouts")
                           if k in point)
         if point.get("wall_s") is not None:
@@ -106,6 +126,7 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes | None]) -
     return _ENV.from_string(_TEMPLATE).render(
         kind=report.get("kind", "latency"), header=_header(report),
         descriptions=[(n, STAGE_DESCRIPTIONS[n]) for n in names if n in STAGE_DESCRIPTIONS],
-        names=names, sweep_rows=sweep_rows, notes=report.get("notes"),
+        names=names, sweep_rows=sweep_rows, notes=report.get("notes"), rule=SAMPLE_SIZE_RULE,
+        quality_heads=["ASR WER (n)", "task success (n)"] if quality else [],
         analysis=report.get("analysis", []), images=inlined, points=points,
         fields=SUMMARY_FIELDS)

@@ -136,6 +136,9 @@ def make_report(config: BenchConfig, levels: Sequence[LevelResult], *, url: str,
                   if k not in ("twilio_auth_token", "out", "notes", "progress")},
         "output_sample_rate": server.get("output_sample_rate"),
         "server_warnings": server.get("warnings") or [],
+        # the server's own description from its /healthz (machine, versions): in --url mode
+        # "machine"/"versions" above describe the load generator, not the server
+        "server": {k: server[k] for k in ("machine", "versions") if server.get(k)} or None,
     }
     if config.protocol == "twilio":
         report_config["measured_stages"] = ["voice_to_voice_ms"]

@@ -2,11 +2,13 @@
 
 Contract: `render_markdown(report, image_names=None) -> str` is a pure function of the report
 dict: a header naming what was measured (machine, model, ASR/TTS, stop_secs, ...), a compact
-p50/p99-versus-concurrency table with the human `notes` paragraph and the machine-written
+p50/p99-versus-concurrency table (with n, and, when the report has per-turn records, ASR WER
+and task success beside it) with the human `notes` paragraph and the machine-written
 `analysis` lines right under it, one table per concurrency level (stage x
 count/mean/p50/p90/p95/p99/max, plus turns, errors and timeouts) and, when given, links to the
 PNG plots. Values are milliseconds with no decimals; a stage never measured prints as "–",
-never as 0.
+never as 0; a percentile with too few samples (report.PERCENTILE_MIN_SAMPLES) prints "n/a".
+In --url mode the server's own machine/versions (from its /healthz) come first.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from latency_bench.report import STAGE_DESCRIPTIONS, stage_names
+from latency_bench.quality import has_turns, sweep_quality
+from latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, enough_samples, stage_names
 from latency_bench.stats import SUMMARY_FIELDS
 
 # config keys shown in the header, in this order, when present
@@ -27,6 +30,19 @@ _HEADER_KEYS: tuple[tuple[str, str], ...] = (
 
 def fmt_ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
+
+
+def fmt_stat(summary: Mapping[str, Any] | None, name: str) -> str:
+    """One summary cell: "–" never measured, "n/a" too few samples for that percentile."""
+    if not summary or not summary.get("count"):
+        return "–"
+    if not enough_samples(summary, name):
+        return "n/a"
+    return fmt_ms(summary[name])
+
+
+def fmt_fraction(value: float | None, n: int) -> str:
+    return "–" if value is None else f"{100 * value:.0f}% ({n})"
 
 
 def _fmt_config_value(value: Any) -> str:
@@ -51,12 +67,19 @@ def _header(report: Mapping[str, Any]) -> list[str]:
         if key in config and config[key] is not None:
             value = _fmt_config_value(config[key])
             lines.append(f"- {label}: `{value}`" if key == "command" else f"- {label}: {value}")
+    server = config.get("server") if isinstance(config.get("server"), Mapping) else {}
+    for key in ("machine", "versions"):   # the server's own description (its /healthz)
+        if isinstance(server.get(key), Mapping):
+            lines.append(f"- server {key}: {_fmt_config_value(server[key])}")
+    # the machine this report was produced on: the load generator when a server described
+    # itself (--url mode), else the one machine that ran both
+    where = "load generator " if server else ""
     machine = config.get("machine")
     if isinstance(machine, Mapping):
-        lines.append(f"- machine: {_fmt_config_value(machine)}")
+        lines.append(f"- {where}machine: {_fmt_config_value(machine)}")
     versions = config.get("versions")
     if isinstance(versions, Mapping):
-        lines.append(f"- versions: {_fmt_config_value(versions)}")
+        lines.append(f"- {where}versions: {_fmt_config_value(versions)}")
     lines.append("")
     return lines
 
@@ -69,22 +92,31 @@ def _stage_table(stages: Mapping[str, Mapping[str, Any]], names: Sequence[str]) 
         summary = stages.get(name)
         if summary is None:
             continue
-        cells = [str(summary["count"])] + [fmt_ms(summary[f]) for f in SUMMARY_FIELDS[1:]]
+        cells = [str(summary["count"])] + [fmt_stat(summary, f) for f in SUMMARY_FIELDS[1:]]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return rows
 
 
 def sweep_table(report: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """p50 / p99 (n) per stage and level; with per-turn records, the answer quality beside it:
+    ASR word error rate against the prompt text and task success (n = turns judged)."""
+    quality = sweep_quality(report) if has_turns(report) else None
+    extra = ["ASR WER (n)", "task success (n)"] if quality else []
     rows = ["| concurrency | turns | errors | timeouts | "
-            + " | ".join(f"{n} p50 / p99" for n in names) + " |",
-            "|---:|---:|---:|---:|" + "---:|" * len(names)]
+            + " | ".join([f"{n} p50 / p99 (n)" for n in names] + extra) + " |",
+            "|---:|---:|---:|---:|" + "---:|" * (len(names) + len(extra))]
     for point in report["sweep"]:
         cells = [str(point["concurrency"]), str(point.get("turns", "–")),
                  str(point.get("errors", "–")), str(point.get("timeouts", "–"))]
         for name in names:
             summary = point["stages"].get(name)
             cells.append("–" if summary is None or summary["count"] == 0 else
-                         f"{fmt_ms(summary['p50'])} / {fmt_ms(summary['p99'])}")
+                         f"{fmt_stat(summary, 'p50')} / {fmt_stat(summary, 'p99')} "
+                         f"({summary['count']})")
+        if quality:
+            q = quality[point["concurrency"]]
+            cells += [fmt_fraction(q["wer"], q["wer_turns"]),
+                      fmt_fraction(q["task_success"], q["task_turns"])]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -100,6 +132,11 @@ def render_markdown(report: Mapping[str, Any],
         lines += [f"- `{n}`: {STAGE_DESCRIPTIONS[n]}" for n in described]
         lines.append("")
     lines += ["## p50 / p99 versus concurrency", ""] + sweep_table(report, names) + [""]
+    lines += [f"*Sample size: {SAMPLE_SIZE_RULE}.*", ""]
+    if has_turns(report):
+        lines += ["*Quality: ASR WER = word error rate of the final transcript against the "
+                  "prompt's text; task success = answers that state the prompt's expected "
+                  "fact (latency_bench/quality.py); n = turns judged.*", ""]
     if report.get("notes"):
         lines += [str(report["notes"]).strip(), ""]
     if report.get("analysis"):

@@ -1,5 +1,9 @@
 """PNG plots of a latency report: latency CDF per stage, and p50/p99 versus concurrency.
 
+The concurrency plot's dashed tail line is p99 when every level has >= 100 samples, else p90,
+each point drawn only where the sample-size rule allows it (report.PERCENTILE_MIN_SAMPLES); its
+legend sits outside the axes.
+
 Contract: `cdf_png(report)` and `concurrency_png(report)` return PNG bytes (or None when the
 report lacks what the plot needs: raw `samples` for the CDF, two or more sweep points for the
 concurrency plot). They use matplotlib's object API (`Figure`, no pyplot global state, no
@@ -16,7 +20,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from latency_bench.report import stage_names
+from latency_bench.report import PERCENTILE_MIN_SAMPLES, enough_samples, stage_names
 from latency_bench.stats import ecdf
 
 _DPI = 110
@@ -69,7 +73,8 @@ def cdf_png(report: Mapping[str, Any]) -> bytes | None:
         axes.set_ylim(0, 1.02)
         axes.axhline(0.99, color="grey", linewidth=0.6, linestyle=":")
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=7, loc="lower right")
+        if axes.get_lines():
+            axes.legend(fontsize=7, loc="lower right")
     figure.suptitle(f"Latency CDF per stage   {_caption(report)}", fontsize=10)
     figure.tight_layout()
     return _png(figure)
@@ -80,16 +85,20 @@ def concurrency_png(report: Mapping[str, Any]) -> bytes | None:
     sweep = report["sweep"]
     if len(sweep) < 2:
         return None
-    figure = Figure(figsize=(7.5, 4.5))
+    figure = Figure(figsize=(9.5, 4.5))
     axes = figure.add_subplot(1, 1, 1)
     levels = [p["concurrency"] for p in sweep]
+    # the tail line: p99 when every level has the samples for it, else p90 (the sample-size
+    # rule: a p99 of a few dozen turns is only an interpolation near the max)
+    tail = "p99" if all(enough_samples(s, "p99") for p in sweep for s in p["stages"].values()
+                        if s and s.get("count")) else "p90"
     for index, name in enumerate(stage_names(report)):
         color = f"C{index % 10}"
-        for field, style in (("p50", "-"), ("p99", "--")):
+        for field, style in (("p50", "-"), (tail, "--")):
             xs, ys = [], []
             for point in sweep:
                 summary = point["stages"].get(name)
-                if summary and summary["count"]:
+                if enough_samples(summary, field):   # too few samples: no point drawn
                     xs.append(point["concurrency"])
                     ys.append(summary[field])
             if xs:
@@ -104,9 +113,12 @@ def concurrency_png(report: Mapping[str, Any]) -> bytes | None:
         axes.set_yscale("log")
         axes.yaxis.set_minor_formatter(NullFormatter())
         axes.set_ylabel("ms (log scale)")
-    axes.set_title(f"p50 (solid) and p99 (dashed) vs concurrency   {_caption(report)}",
-                   fontsize=9)
+    minimum = PERCENTILE_MIN_SAMPLES[tail]
+    axes.set_title(f"p50 (solid) and {tail} (dashed; drawn where n >= {minimum}) vs "
+                   f"concurrency\n{_caption(report)}", fontsize=9)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, ncol=2, loc="upper left")
+    # the legend sits outside the axes, right of the plot, so it never covers a line
+    axes.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                borderaxespad=0.0)
     figure.tight_layout()
     return _png(figure)

@@ -216,3 +216,29 @@ def load_report(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not JSON ({exc})") from exc
     validate_report(report)
     return report
+
+
+# --- sample-size rule for printed percentiles ---------------------------------------------------
+# A q-th percentile is printed only when the sample is large enough that, in expectation, at
+# least one sample lies above it: n >= 1 / (1 - q). Below that, the type-7 estimate is an
+# interpolation between the largest samples and says no more than `max` (which is printed), so
+# tables show "n/a" and plots leave the point out. The JSON keeps every computed value; readers
+# apply `shown()`.
+PERCENTILE_MIN_SAMPLES: dict[str, int] = {"p50": 1, "p90": 10, "p95": 20, "p99": 100}
+SAMPLE_SIZE_RULE = ("percentiles need enough samples: p90 is shown from n >= 10, p95 from "
+                    "n >= 20, p99 from n >= 100 (at least one sample expected above it); "
+                    "below that the cell reads n/a and max is the tail to look at")
+
+
+def shown(summary: Mapping[str, Any] | None, name: str) -> float | None:
+    """`summary[name]` when the sample-size rule allows printing it, else None."""
+    if not summary or not summary.get("count"):
+        return None
+    if summary["count"] < PERCENTILE_MIN_SAMPLES.get(name, 1):
+        return None
+    return summary.get(name)
+
+
+def enough_samples(summary: Mapping[str, Any] | None, name: str) -> bool:
+    return bool(summary and summary.get("count")
+                and summary["count"] >= PERCENTILE_MIN_SAMPLES.get(name, 1))

@@ -1,7 +1,7 @@
 """`diffvoice serve`: load the engine once, warm it up, resolve ASR/TTS offline, serve HTTP.
 
     diffvoice serve [--host 127.0.0.1] [--port 8000] [--model DIR]
-                    [--asr auto|NAME|DIR|pocketsphinx] [--tts espeak|kokoro|piper]
+                    [--asr auto|whisper|whisper-base|NAME|DIR|pocketsphinx] [--tts espeak|...]
                     [--stop-secs 0.5] [--config serve.yaml] ...
 
 Flags map 1:1 onto voice.config.ServeConfig fields (env DIFFVOICE_<FIELD> and a YAML/JSON config
@@ -54,6 +54,47 @@ def _configure_logging(level: str) -> None:
     logger.add(sys.stderr, level=level.upper())
 
 
+class StartupError(RuntimeError):
+    """The model or the speech parts could not be loaded; the message says what to do."""
+
+
+def load_state(config: ServeConfig, *, replica_id: str | None = None, metrics=None):
+    """Load and warm the engine once, resolve ASR/TTS offline: everything one serving process
+    holds (one per `diffvoice serve`, one per Ray Serve replica). Raises StartupError."""
+    from loguru import logger
+
+    from engine import Engine, EngineConfig
+    from voice.state import AppState
+
+    if not Path(config.model).is_dir():
+        raise StartupError(
+            f"model directory {config.model} not found. Train/download the embedded model into "
+            "models/receptionist-tiny (see README) or pass --model DIR."
+        )
+    started = time.perf_counter()
+    try:
+        engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
+    except Exception as e:
+        raise StartupError(f"cannot load the model in {config.model}: {e}") from e
+    engine.warmup()
+    logger.info(
+        f"engine: {engine.model_name} on {engine.device}, loaded and warmed up in "
+        f"{time.perf_counter() - started:.1f}s"
+    )
+    try:
+        state = AppState.create(config, engine, metrics=metrics)
+    except BaseException:
+        engine.close()
+        raise
+    state.replica_id = replica_id
+    if state.asr is not None:
+        logger.info(f"ASR: {state.asr.name} (loaded in {state.asr.load_secs:.1f}s)")
+        logger.info(f"TTS: {state.tts.name} at {state.tts.sample_rate} Hz")
+    for warning in state.warnings:
+        logger.warning(f"!!! {warning}")
+    return state
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = ServeConfig.from_sources(args)
@@ -63,42 +104,41 @@ def run(args: argparse.Namespace) -> int:
     _configure_logging(getattr(args, "log_level", "INFO") or "INFO")
     from loguru import logger
 
-    if not Path(config.model).is_dir():
-        logger.error(
-            f"model directory {config.model} not found. Train/download the embedded model into "
-            "models/receptionist-tiny (see README) or pass --model DIR."
-        )
-        return 2
+    if config.ray:
+        from voice.scale.ray_serve import run_ray
+
+        return run_ray(config)
 
     import uvicorn
 
-    from engine import Engine, EngineConfig
-    from voice.state import AppState
-
-    started = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
-    except Exception as e:
-        logger.error(f"cannot load the model in {config.model}: {e}")
+        state = load_state(config)
+    except StartupError as e:
+        logger.error(str(e))
         return 2
-    engine.warmup()
-    logger.info(
-        f"engine: {engine.model_name} on {engine.device}, loaded and warmed up in "
-        f"{time.perf_counter() - started:.1f}s"
-    )
     try:
-        state = AppState.create(config, engine)
-        if state.asr is not None:
-            logger.info(f"ASR: {state.asr.name} (loaded in {state.asr.load_secs:.1f}s)")
-            logger.info(f"TTS: {state.tts.name} at {state.tts.sample_rate} Hz")
-        for warning in state.warnings:
-            logger.warning(f"!!! {warning}")
         app = build_app(state)
         url = f"http://{config.host}:{config.port}/"
         logger.info(f"serving {'the API' if config.api_only else 'the voice demo'} at {url}")
+        for line in twilio_banner(config):
+            logger.info(line)
         uvicorn.run(
             app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20
         )
     finally:
-        engine.close()
+        state.engine.close()
     return 0
+
+
+def twilio_banner(config: ServeConfig) -> list[str]:
+    """The Twilio start-up banner (docs/telephony.md): the URLs to paste into the Twilio console
+    and any security warning, when Twilio is configured (an auth token, a public URL, or
+    signature checks turned off) and the voice routes are served; else nothing."""
+    from voice.telephony.config import TelephonyConfig, webhook_banner
+
+    telephony = TelephonyConfig.from_serve_config(config)
+    configured = bool(telephony.twilio_auth_token or telephony.public_url
+                      or not telephony.twilio_validate)
+    if config.api_only or not configured:
+        return []
+    return webhook_banner(telephony).splitlines()

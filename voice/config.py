@@ -21,13 +21,14 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from engine.assets import default_model_dir, web_dir
 from voice.transport.protocol import STOP_SECS_RANGE
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "receptionist-tiny"
-DEFAULT_WEB_DIR = REPO_ROOT / "web"
+DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
+DEFAULT_WEB_DIR = web_dir()
 ASR_CHOICES_HELP = (
-    '"auto", a faster-whisper model name (e.g. tiny.en), a local CTranslate2 dir, '
+    '"auto" (best measured for the device), "whisper" / "whisper-tiny.en" / "whisper-base" '
+    "(packaged models), a faster-whisper model name in the HF cache, a local CTranslate2 dir, "
     '"pocketsphinx" (domain LM) or "pocketsphinx-general"'
 )
 TTS_CHOICES = ("espeak", "kokoro", "piper")
@@ -111,6 +112,36 @@ class ServeConfig:
             "comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True
         ),
     )
+    # --- scale-out on Ray Serve (voice.scale; needs the `ray` extra) ---
+    ray: bool = field(
+        default=False,
+        metadata=_help("serve through Ray Serve: replicas of the whole stack behind one endpoint"),
+    )
+    replicas: int = field(
+        default=1, metadata=_help("Ray Serve replicas (engine + ASR + TTS + calls each)")
+    )
+    max_replicas: int | None = field(
+        default=None,
+        metadata=_help("autoscale between --replicas and this many on ongoing sessions"),
+    )
+    cpus_per_replica: float = field(
+        default=1.0, metadata=_help("CPUs Ray reserves per replica (also its torch threads)")
+    )
+    gpus_per_replica: float = field(
+        default=0.0, metadata=_help("GPUs Ray reserves per replica (fractions share a GPU)")
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=_help('Ray cluster to join ("auto", "ray://host:10001"); default: start one'),
+    )
+    # --- OpenAI API naming (vLLM's --served-model-name) ---
+    served_model_name: str | None = field(
+        default=None,
+        metadata=_help(
+            "model name(s) the /v1 API lists and answers to, comma-separated (default: the "
+            "model directory's name)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -138,10 +169,26 @@ class ServeConfig:
             object.__setattr__(self, "api_keys", _split_csv(self.api_keys))
         if not all(isinstance(k, str) and k for k in self.api_keys):
             raise ValueError("api_keys must be non-empty strings")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {self.replicas!r}")
+        if self.max_replicas is not None and (
+            not isinstance(self.max_replicas, int) or self.max_replicas < self.replicas
+        ):
+            raise ValueError(
+                f"max_replicas must be an int >= replicas ({self.replicas}), "
+                f"got {self.max_replicas!r}"
+            )
+        if not isinstance(self.cpus_per_replica, (int, float)) or self.cpus_per_replica <= 0:
+            raise ValueError(f"cpus_per_replica must be > 0, got {self.cpus_per_replica!r}")
+        if not isinstance(self.gpus_per_replica, (int, float)) or self.gpus_per_replica < 0:
+            raise ValueError(f"gpus_per_replica must be >= 0, got {self.gpus_per_replica!r}")
         if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"public_url must start with http:// or https://, got {self.public_url!r}"
             )
+        if self.served_model_name is not None and not _split_csv(self.served_model_name):
+            raise ValueError("served_model_name must name at least one model, got "
+                             f"{self.served_model_name!r}")
 
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)

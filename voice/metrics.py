@@ -12,10 +12,14 @@ Contract (the server calls exactly these; all are thread-safe and never raise on
     body, content_type = metrics.render()   # for GET /metrics
 
 Exported families (seconds, the Prometheus base unit; stage names match latency_bench reports
-without the `_ms` suffix):
+without the `_ms` suffix; the /v1 API's request metrics are voice/openai_api/metrics.py's):
 
-    diffvoice_turn_stage_seconds{stage=...}   histogram; stage in voice_to_voice, endpointing,
-                                              asr, llm_ttft, tts_first_audio, server
+    diffvoice_turn_stage_seconds{stage=...}   histogram; stage in endpointing, asr, llm_ttft,
+                                              tts_first_audio, server. No voice_to_voice: the
+                                              server never hears the caller's ear (it starts
+                                              before the server sees speech end and ends after
+                                              playout), so only the load generator
+                                              (latency_bench) measures it.
     diffvoice_turns_total                     counter: latency records observed
     diffvoice_turns_interrupted_total         counter: records with "interrupted": true (barge-in)
     diffvoice_turn_stage_invalid_total{stage} counter: stage values that were negative or not
@@ -52,8 +56,7 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-STAGES: tuple[str, ...] = ("voice_to_voice", "endpointing", "asr", "llm_ttft",
-                           "tts_first_audio", "server")
+STAGES: tuple[str, ...] = ("endpointing", "asr", "llm_ttft", "tts_first_audio", "server")
 
 # Seconds. Dense from 10 ms to 1.5 s where voice turns live, sparse up to 30 s for CPU tails.
 LATENCY_BUCKETS_S: tuple[float, ...] = (

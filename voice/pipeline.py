@@ -92,6 +92,8 @@ def build_pipeline(
     out_rate = audio_out_sample_rate or state.tts.sample_rate
 
     async def record_sink(record: dict) -> None:
+        if state.replica_id is not None:
+            record["replica"] = state.replica_id
         if state.latency_log is not None:
             try:
                 state.latency_log.write(record)

@@ -37,6 +37,7 @@ def _engine_stats(state: AppState) -> dict:
 
 def create_app(state: AppState) -> FastAPI:
     config = state.config
+    _self_description()  # once, now (it may run nvidia-smi / git), not in a request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -67,6 +68,10 @@ def create_app(state: AppState) -> FastAPI:
                 "max_sessions": config.max_sessions,
                 "engine": _engine_stats(state),
                 "warnings": state.warnings,
+                "replica": state.replica_id,
+                # what this server runs on, so a load generator elsewhere (bench --url) can
+                # report the server's machine rather than its own
+                **_self_description(),
             }
         )
 
@@ -83,3 +88,16 @@ def create_app(state: AppState) -> FastAPI:
             await serve_browser_session(websocket, state)
 
     return app
+
+
+_DESCRIPTION: dict = {}
+
+
+def _self_description() -> dict:
+    """{"machine": {...}, "versions": {...}} of this process, computed once."""
+    if not _DESCRIPTION:
+        from latency_bench.machine import git_revision, machine_info, package_versions
+
+        _DESCRIPTION.update(machine=machine_info(),
+                            versions={**package_versions(), "git": git_revision()})
+    return dict(_DESCRIPTION)

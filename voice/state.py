@@ -52,6 +52,7 @@ class AppState:
     llm_overrides: dict[str, Any] = field(default_factory=dict)
     active_sessions: set[str] = field(default_factory=set)
     started_at: float = field(default_factory=time.time)
+    replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
 
     @classmethod
     def create(

@@ -3,7 +3,9 @@
 Each policy is a function of batch tensors only (no per-row Python, no host sync):
     commit(conf [B, W] f32, entropy [B, W] f32 | None, maskable [B, W] bool, knobs: PolicyKnobs)
         -> commit mask [B, W] bool, a subset of maskable; every row with a maskable slot commits
-           at least one.
+           at least one. The families' own rules (policies/reference.py) differ where their
+           authors' code does: SDAR's top-k may select decoded slots of the block, Dream's k may
+           be 0.
 The registry is an explicit dict; `POLICY_IDS` gives each a small integer for per-row selection.
 """
 
@@ -15,6 +17,13 @@ import torch
 
 from engine.policies.entropy_bounded import commit_entropy_bounded
 from engine.policies.low_confidence import commit_low_confidence
+from engine.policies.reference import (
+    commit_dream_entropy,
+    commit_dream_topk,
+    commit_sdar_dynamic,
+    commit_sdar_static,
+    commit_threshold_ge,
+)
 from engine.policies.threshold import commit_threshold
 
 
@@ -23,15 +32,25 @@ class PolicyKnobs:
     steps_left: torch.Tensor  # [B] int64: passes left in this block (low_confidence)
     threshold: torch.Tensor  # [B] f32 (threshold)
     entropy_bound: torch.Tensor  # [B] f32 (entropy)
+    # the families' own schedules (engine.policies.reference); None where no row needs them
+    k_fixed: torch.Tensor | None = None  # [B] int64: SDAR's schedule count for this pass
+    k_host: list[int] | None = None  # the same on the host (top-k grouped by k)
+    block: torch.Tensor | None = None  # [B, W] bool: the slots of the row's decode block
+    dream_f: torch.Tensor | None = None  # [B] f32: Dream's 1 - s/t for this pass
 
 
 POLICIES = {
     "low_confidence": commit_low_confidence,
     "threshold": commit_threshold,
     "entropy": commit_entropy_bounded,
+    "sdar_static": commit_sdar_static,
+    "sdar_dynamic": commit_sdar_dynamic,
+    "threshold_ge": commit_threshold_ge,
+    "dream_topk": commit_dream_topk,
+    "dream_entropy": commit_dream_entropy,
 }
 POLICY_IDS = {name: i for i, name in enumerate(POLICIES)}
-NEEDS_ENTROPY = {"entropy"}
+NEEDS_ENTROPY = {"entropy", "dream_entropy"}
 
 
 def commit_mixed(policy_names: list[str], policy_ids: torch.Tensor, conf: torch.Tensor,

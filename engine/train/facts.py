@@ -18,8 +18,10 @@ from pathlib import Path
 
 import yaml
 
+from engine.assets import default_facts_path
+
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-DEFAULT_FACTS_PATH = Path(__file__).with_name("default_facts.yaml")
+DEFAULT_FACTS_PATH = default_facts_path()  # engine/assets.py
 _HOURS_RE = re.compile(r"^\d{1,2}(:\d\d)? ?(am|pm) to \d{1,2}(:\d\d)? ?(am|pm)$")
 _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -239,7 +239,8 @@ def train(cfg: TrainConfig) -> dict:
     step, elapsed, tokens_seen = 0, 0.0, 0
     if cfg.resume and state_file.is_file():
         state = torch.load(state_file, weights_only=False)
-        if state["model_config"] != asdict(mcfg):
+        saved = {"rope_scaling": None, **state["model_config"]}  # states from before that field
+        if saved != asdict(mcfg):
             raise ValueError(f"{state_file}: saved with a different model config; "
                              f"use a new --out or --no-resume")
         model.load_state_dict(state["model"])

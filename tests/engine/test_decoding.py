@@ -39,13 +39,17 @@ def engine(request, tmp_path_factory):
     eng.close()
 
 
+@pytest.mark.parametrize("decoding", ["reference", "fast"])
 @pytest.mark.parametrize("policy,kw", [("low_confidence", {"steps_per_block": 2}),
                                        ("threshold", {"threshold": 0.05}),
-                                       ("entropy", {"entropy_bound": 2.0})])
-async def test_batched_cached_decoding_matches_reference(engine, policy, kw):
+                                       ("entropy", {"entropy_bound": 2.0}),
+                                       (None, {"steps_per_block": 3})])
+async def test_batched_cached_decoding_matches_reference(engine, policy, kw, decoding):
     """Three concurrent requests (one batch, KV cache for block-causal models) give exactly the
-    tokens of the reference loop that recomputes the whole sequence every pass."""
-    params = SamplingParams(max_new_tokens=13, policy=policy, ignore_eos=True, **kw)
+    tokens of the full-recompute loop, under the family's own decoding (policy None = the
+    family's default rule) and the engine's fast one."""
+    params = SamplingParams(max_new_tokens=13, policy=policy, ignore_eos=True,
+                            decoding=decoding, **kw)
     results = await asyncio.gather(*(collect(engine, m, params) for m in MESSAGES))
     for messages, (ids, _, last) in zip(MESSAGES, results, strict=True):
         prompt = engine.tokenizer.encode_chat(messages)
@@ -72,11 +76,13 @@ async def test_sub_blocks_and_eos_stop(engine):
 
 
 def test_reference_vanilla_commits_one_token_per_pass(engine):
-    """The vanilla loop (one token per pass) takes exactly max_new_tokens passes."""
+    """The vanilla loop (one token per pass) takes exactly max_new_tokens passes (fast
+    decoding: under the families' own, SDAR decodes the whole last block and v2 spends a pass
+    on each block's first token)."""
     mc = engine.model_config
     block = mc.block_size if mc.block_causal else 8
     params = SamplingParams(max_new_tokens=8, steps_per_block=block, block_size=block,
-                            ignore_eos=True)
+                            ignore_eos=True, decoding="fast", policy="low_confidence")
     prompt = engine.tokenizer.encode_chat(MESSAGES[2])
     ids, passes = reference_decode(engine.loaded.model, mc, prompt, params)
     assert len(ids) == 8

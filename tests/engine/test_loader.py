@@ -96,3 +96,63 @@ def test_config_validation_names_field():
     with pytest.raises(ValueError, match="block_size"):
         ModelConfig(family="sdar", vocab_size=10, hidden_size=8, num_layers=1, num_heads=2,
                     num_kv_heads=2, head_dim=8, intermediate_size=8)
+
+
+# ---------------------------------------------------------------- tied output head (issue 13)
+@pytest.mark.parametrize("family,head", [("sdar", "lm_head.weight"),
+                                         ("llada", "model.transformer.ff_out.weight")])
+def test_tied_checkpoint_that_also_stores_the_head_equal_to_the_embedding(tmp_path, family, head):
+    path = make_random_checkpoint(tmp_path / "t", family=family, tie_word_embeddings=True)
+    tensors = load_file(path / "model.safetensors")
+    embed = next(v for k, v in tensors.items() if k.endswith(("embed_tokens.weight", "wte.weight")))
+    tensors[head] = embed.clone()
+    save_file(tensors, str(path / "model.safetensors"))
+    loaded = load_checkpoint(path)
+    assert loaded.config.tie_word_embeddings
+    m = loaded.model
+    assert m.lm_head.weight.data_ptr() == m.embed.weight.data_ptr()  # still one tensor
+    assert torch.equal(m.lm_head.weight, embed)
+
+
+@pytest.mark.parametrize("family,head", [("dream", "lm_head.weight"),
+                                         ("llada", "model.transformer.ff_out.weight")])
+def test_tied_checkpoint_with_a_different_stored_head_uses_it_as_transformers_does(
+        tmp_path, family, head, caplog):
+    """transformers 5.x: 'both are present in the checkpoints with different values, so we will
+    NOT tie them' -- the stored head is used. Checked here against our own logits."""
+    path = make_random_checkpoint(tmp_path / "t", family=family, tie_word_embeddings=True)
+    tensors = load_file(path / "model.safetensors")
+    vocab_rows = next(v for k, v in tensors.items()
+                      if k.endswith(("embed_tokens.weight", "wte.weight"))).shape
+    stored = torch.randn(vocab_rows, generator=torch.Generator().manual_seed(1))
+    tensors[head] = stored
+    save_file(tensors, str(path / "model.safetensors"))
+    with caplog.at_level("WARNING", logger="diffvoice.loader"):
+        loaded = load_checkpoint(path)
+    assert "holds different values" in caplog.text and head in caplog.text
+    m = loaded.model
+    assert not loaded.config.tie_word_embeddings
+    assert m.lm_head.weight.data_ptr() != m.embed.weight.data_ptr()
+    assert torch.equal(m.lm_head.weight, stored)
+    ids = torch.tensor([[1, 2, 3]])
+    pos = torch.arange(3)[None]
+    with torch.no_grad():
+        hidden_logits = m(ids, pos)
+        m.lm_head.weight.copy_(m.embed.weight)  # the tied answer differs: the stored head counted
+        tied_logits = m(ids, pos)
+    assert not torch.allclose(hidden_logits, tied_logits)
+
+
+
+@pytest.mark.parametrize("shard_size", [None, 5])
+def test_saved_weights_get_the_umask_mode_not_0600(tmp_path, shard_size):
+    import os
+    import stat
+
+    path = make_random_checkpoint(tmp_path / "w", family="sdar", shard_size=shard_size)
+    umask = os.umask(0)
+    os.umask(umask)
+    weights = list(path.glob("*.safetensors"))
+    assert weights
+    for w in weights:
+        assert stat.S_IMODE(w.stat().st_mode) == 0o666 & ~umask, w

@@ -38,9 +38,20 @@ def test_findings_name_the_slow_stage(stage):
     assert f"Largest share in the tail: {short}" in findings[1]
     assert f"median-or-faster turns: {short}" in findings[1]
     assert findings[2].startswith("From 1 session to 4")
-    assert f"Change in p99 by stage: {short} +" in findings[2]      # ranked first
+    # 40 turns per level is too few for a p99 (report.PERCENTILE_MIN_SAMPLES): max instead
+    assert f"Change in max by stage: {short} +" in findings[2]      # ranked first
+    assert "p99" not in " ".join(findings)
+    max_low = max(t["voice_to_voice_ms"] for t in per_level[1])
+    assert f"max {max_low:,.0f} ms (40 turns)" in findings[0]
+
+
+def test_findings_quote_p99_with_enough_turns():
+    rng = np.random.default_rng(3)
+    per_level = {1: _turns(rng, 120), 2: _turns(rng, 120, slow_stage="asr_ms", slow_ms=900.0)}
+    findings = tail_findings(per_level)
     p99_low = np.percentile([t["voice_to_voice_ms"] for t in per_level[1]], 99)
-    assert f"p99 {p99_low:,.0f} ms (40 turns)" in findings[0]
+    assert f"p99 {p99_low:,.0f} ms (120 turns)" in findings[0]
+    assert "Change in p99 by stage: asr +" in findings[2]
 
 
 def test_no_turns_no_findings():

@@ -65,3 +65,34 @@ def test_render_adds_notes_and_rewrites_outputs(tmp_path, capsys):
     path.write_text("{not json")
     assert cli.run(_parse("render", str(path))) == 2
     assert "not JSON" in capsys.readouterr().err
+
+
+def test_server_health_keeps_the_servers_own_description():
+    """`bench voice --url` records the server's machine and versions from its /healthz."""
+    import http.server
+    import json
+    import threading
+
+    from latency_bench.cli import _server_health
+
+    body = json.dumps({"status": "ok", "model": "m", "machine": {"cpus": 64},
+                       "versions": {"torch": "9.9"}, "secret": "x"}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        health = _server_health(f"ws://127.0.0.1:{httpd.server_port}/ws")
+    finally:
+        httpd.shutdown()
+        thread.join(10)
+    assert health == {"model": "m", "machine": {"cpus": 64}, "versions": {"torch": "9.9"}}

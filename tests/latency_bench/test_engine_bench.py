@@ -18,6 +18,10 @@ def test_bench_engine_writes_the_documented_fields(tmp_path):
     assert raw["speedup_vs_vanilla"] == raw["tok_per_s"] / raw["vanilla"]["tok_per_s"]
     assert raw["mean_answer_tokens"] == {"engine": 8.0, "vanilla": 8.0}
     assert raw["batch2"]["aggregate_tok_per_s"] > 0
+    ref = raw["reference_loop"]  # the family's own loop (SDAR's, the preset's family)
+    assert ref["tok_per_s"] > 0 and ref["policy"] == "sdar_static" and ref["answers"] == 2
+    assert raw["speedup_vs_reference_loop"] == raw["tok_per_s"] / ref["tok_per_s"]
+    assert 0 <= ref["answers_identical"] <= 2 and ref["tokens"] == 16
     ctx = raw["by_context"]["48"]
     assert ctx["prompt_tokens"] >= 48 and ctx["next_turn_reused_tokens_mean"] >= 8
     assert report["config"]["model"]["params"] > 5_000_000

@@ -80,8 +80,12 @@ def test_write_outputs_round_trip(tmp_path):
     for key in ("cdf", "concurrency"):
         assert written[key].read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     md = written["md"].read_text()
-    p99 = report["sweep"][1]["stages"]["llm_ttft_ms"]["p99"]
-    assert f"{p99:,.0f}" in md
+    summary = report["sweep"][1]["stages"]["llm_ttft_ms"]     # n = 24: p50/p90/p95, no p99
+    assert summary["count"] == 24
+    assert (f"| llm_ttft_ms | 24 | {summary['mean']:,.0f} | {summary['p50']:,.0f} | "
+            f"{summary['p90']:,.0f} | {summary['p95']:,.0f} | n/a | {summary['max']:,.0f} |") in md
+    assert f"{summary['p50']:,.0f} / n/a (24)" in md            # the sweep table shows n
+    assert "p99 from n >= 100" in md
     assert "| 4 | 49 | 1 | 0 |" in md                       # turns/errors/timeouts per level
     assert "voice-cdf.png" in md and "Tail <b>dominated</b> by ASR." in md
     html = written["html"].read_text()

@@ -45,3 +45,26 @@ def test_build_app_mounts_voice_api_and_telephony_routes(random_engine):
     assert api_only.asr is None and api_only.tts is None
     paths = _paths(cli_serve.build_app(api_only).routes)
     assert "/v1/chat/completions" in paths and "/ws" not in paths
+
+
+def test_serve_prints_the_twilio_banner_when_twilio_is_configured(tmp_path, capfd, monkeypatch):
+    """`diffvoice serve` (run() itself; only uvicorn.run is replaced so the process returns)
+    logs the URLs to paste into Twilio, as docs/telephony.md promises."""
+    import uvicorn
+
+    from engine.testing import make_random_checkpoint
+
+    model = make_random_checkpoint(tmp_path / "m", family="sdar")
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(kw["port"]))
+    monkeypatch.delenv("TWILIO_AUTH_TOKEN", raising=False)
+    base = ["--model", str(model), "--asr", str(TINY_WHISPER), "--device", "cpu", "--port", "8123"]
+    public = ["--public-url", "https://voice.example.com", "--twilio-auth-token", "secret-token"]
+    assert cli_serve.run(_args(base + public)) == 0 and served == [8123]
+    err = capfd.readouterr().err
+    assert "https://voice.example.com/telephony/twilio/voice" in err
+    assert "wss://voice.example.com/telephony/twilio/stream" in err
+    assert "secret-token" not in err
+
+    assert cli_serve.run(_args(base)) == 0  # no Twilio settings: no banner
+    assert "telephony/twilio/voice" not in capfd.readouterr().err

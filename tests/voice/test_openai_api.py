@@ -353,6 +353,11 @@ def test_knob_implications():
     assert _parse(threshold=0.8).params.policy == "threshold"
     assert _parse(entropy_bound=0.2).params.policy == "entropy"
     assert _parse(block_size=2, ignore_eos=True).params.block_size == 2
+    assert _parse().params.decoding == "reference"  # the family's own decoding by default
+    assert _parse(decoding="fast").params.decoding == "fast"
+    with pytest.raises(OpenAIError) as caught:
+        _parse(decoding="quick")
+    assert caught.value.status == 400 and caught.value.param == "decoding"
 
 
 def test_parse_errors_name_the_field():
@@ -365,3 +370,52 @@ def test_parse_errors_name_the_field():
     with pytest.raises(OpenAIError) as caught:
         _parse(seed=True)
     assert caught.value.param == "seed"
+
+
+# --- chat_template_kwargs (vLLM's field), issue 13 ----------------------------------------------
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def thinking_server(tmp_path_factory):
+    path = make_random_checkpoint(tmp_path_factory.mktemp("think") / "m", family="sdar",
+                                  tokenizer_kwargs={"chat_template": THINKING_TEMPLATE})
+    engine = _engine(path, max_running=2)
+    server = _LoopbackServer(_State(engine, _Config()))
+    yield server, engine
+    server.close()
+    engine.close()
+
+
+def test_chat_template_kwargs_reach_the_template(thinking_server):
+    server, engine = thinking_server
+    client = server.client()
+    messages = [{"role": "user", "content": "Hi"}]
+
+    def prompt_tokens(**extra):
+        out = client.chat.completions.create(model=engine.model_name, messages=messages,
+                                             max_tokens=4, **extra)
+        return out.usage.prompt_tokens
+
+    off = prompt_tokens(extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert prompt_tokens() == len(engine.tokenizer.encode_chat(messages))
+    assert off == len(engine.tokenizer.encode_chat(messages, enable_thinking=False))
+    assert off > prompt_tokens()
+
+
+def test_chat_template_kwargs_are_validated():
+    base = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    chat = parse_chat_request({**base, "chat_template_kwargs": {"enable_thinking": False}},
+                              model_ids=("m",), defaults=SamplingParams())
+    assert chat.chat_template_kwargs == {"enable_thinking": False}
+    assert parse_chat_request(base, model_ids=("m",),
+                              defaults=SamplingParams()).chat_template_kwargs is None
+    for bad in (["enable_thinking"], {"messages": []}):
+        with pytest.raises(OpenAIError) as err:
+            parse_chat_request({**base, "chat_template_kwargs": bad}, model_ids=("m",),
+                               defaults=SamplingParams())
+        assert err.value.param == "chat_template_kwargs" and err.value.status == 400

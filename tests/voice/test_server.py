@@ -70,6 +70,8 @@ async def test_two_concurrent_spoken_calls(live_server, speech):
     health = json.loads(await asyncio.to_thread(_get, live_server.url + "/healthz"))
     assert "diffvoice_turns_total" in metrics
     assert health["status"] == "ok" and health["asr"].startswith("whisper:")
+    # the server describes itself, for `bench voice --url` run from another machine
+    assert health["machine"]["cpus"] >= 1 and "pipecat-ai" in health["versions"]
 
 
 @pytest.mark.parametrize(

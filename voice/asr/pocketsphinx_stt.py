@@ -1,89 +1,214 @@
-"""`PocketsphinxSTT`: the fallback recognizer, pocketsphinx's bundled en-us model (CPU, offline).
+"""`PocketsphinxSTT`: streaming pocketsphinx (bundled en-us acoustic model, CPU, offline) with
+native partial hypotheses.
 
-Used when no faster-whisper model can be found on disk. Accuracy on open speech is poor (it
-is a 2010s HMM recognizer with a general language model), but it always starts, so the demo
-never dies for lack of weights. Decoders are not thread-safe and take ~0.4 s to build, so a
-`DecoderPool` shared by all sessions hands one decoder to each transcription.
+Per VAD segment (see voice.asr.streaming_stt for the frame contract): a decoder from the shared
+`DecoderPool` starts an utterance, every chunk of new audio is fed with
+`process_raw(chunk, full_utt=False)` and `hyp()` gives the partial hypothesis, pushed as an
+interim transcript when it changed; at the VAD stop the rest of the segment (which already ends
+in the VAD's stop_secs of silence; `trailing_silence_secs` adds more) is fed, `end_utt()` and the
+final hypothesis becomes the TranscriptionFrame. Feeding batches whatever
+audio arrived while the previous feed ran, so a slow machine decodes in larger steps instead of
+falling behind.
 
-Contract: like `voice.asr.whisper_stt.WhisperSTT`, one finalized TranscriptionFrame per VAD segment,
-decoded in a worker thread.
+`DecoderPool`: pocketsphinx decoders are not thread-safe and take ~0.4 s to build. The pool keeps
+at most `max_idle` built decoders; a call that finds none free builds one (up to `max_total`
+in use at once, beyond which `acquire` waits up to `acquire_timeout_secs`), and a decoder
+returned while `max_idle` are already idle is discarded. So memory follows the number of
+callers speaking at once and shrinks back after a burst (issue 12: the old pool only grew).
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
-from collections.abc import AsyncGenerator
+import threading
+import time
+from typing import Any
 
-from loguru import logger
-from pipecat.frames.frames import ErrorFrame, Frame, TranscriptionFrame
 from pipecat.services.settings import STTSettings
-from pipecat.services.stt_service import SegmentedSTTService
-from pipecat.utils.time import time_now_iso8601
+
+from voice.asr.streaming_stt import ASR_EXECUTOR, Segment, StreamingSegmentSTT
 
 POCKETSPHINX_TTFS_P99_CPU = 1.0
 
 
 class DecoderPool:
-    """Thread-safe pool of pocketsphinx Decoders (16 kHz, bundled en-us model)."""
+    """Thread-safe bounded pool of pocketsphinx Decoders (16 kHz, bundled en-us model)."""
 
-    def __init__(self, size: int = 1, **decoder_kwargs) -> None:
+    def __init__(
+        self,
+        size: int = 1,
+        *,
+        max_idle: int = 4,
+        max_total: int = 32,
+        acquire_timeout_secs: float = 30.0,
+        **decoder_kwargs: Any,
+    ) -> None:
+        if not 0 <= size <= max_idle:
+            raise ValueError(f"size must be in [0, max_idle={max_idle}], got {size}")
+        if not 1 <= max_idle <= max_total:
+            raise ValueError(f"max_idle must be in [1, max_total={max_total}], got {max_idle}")
+        self.max_idle = max_idle
+        self.max_total = max_total
+        self.acquire_timeout_secs = acquire_timeout_secs
         self._kwargs = {"samprate": 16000, "loglevel": "FATAL", **decoder_kwargs}
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(size):
-            self._free.put(self._new())
+        self._cond = threading.Condition()
+        self._free: list[Any] = [self._new() for _ in range(size)]
+        self.total = size  # built and not discarded (idle + in use)
+        self.created = size
+        self.discarded = 0
 
     def _new(self):
         from pocketsphinx import Decoder
 
         return Decoder(**self._kwargs)
 
-    def transcribe(self, pcm: bytes) -> str:
+    @property
+    def idle(self) -> int:
+        with self._cond:
+            return len(self._free)
+
+    def acquire(self):
+        deadline = time.monotonic() + self.acquire_timeout_secs
+        with self._cond:
+            while not self._free and self.total >= self.max_total:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._cond.wait(left):
+                    if not self._free and self.total >= self.max_total:
+                        raise TimeoutError(f"all {self.max_total} pocketsphinx decoders busy")
+            if self._free:
+                return self._free.pop()
+            self.total += 1
+            self.created += 1
         try:
-            decoder = self._free.get_nowait()
-        except queue.Empty:
-            decoder = self._new()
+            return self._new()
+        except Exception:
+            with self._cond:
+                self.total -= 1
+                self._cond.notify()
+            raise
+
+    def release(self, decoder) -> None:
+        with self._cond:
+            if len(self._free) < self.max_idle:
+                self._free.append(decoder)
+            else:
+                self.total -= 1
+                self.discarded += 1
+            self._cond.notify()
+
+    def discard(self, decoder) -> None:
+        """Drop a decoder in an unknown state (an error mid-utterance)."""
+        with self._cond:
+            self.total -= 1
+            self.discarded += 1
+            self._cond.notify()
+
+    def transcribe(self, pcm: bytes) -> str:
+        """Whole-utterance decode (16 kHz int16 PCM) -> text; blocking."""
+        decoder = self.acquire()
         try:
             decoder.start_utt()
             decoder.process_raw(pcm, full_utt=True)
             decoder.end_utt()
-            hyp = decoder.hyp()
-            return hyp.hypstr.strip() if hyp is not None else ""
+            return _hyp_text(decoder)
         finally:
-            self._free.put(decoder)
+            self.release(decoder)
 
 
-class PocketsphinxSTT(SegmentedSTTService):
-    def __init__(self, pool: DecoderPool, **kwargs) -> None:
+def _hyp_text(decoder) -> str:
+    hyp = decoder.hyp()
+    return hyp.hypstr.strip() if hyp is not None else ""
+
+
+class PocketsphinxSTT(StreamingSegmentSTT):
+    def __init__(self, pool: DecoderPool, *, trailing_silence_secs: float = 0.0, **kwargs) -> None:
         super().__init__(
             settings=STTSettings(model="pocketsphinx-en-us", language=None),
             ttfs_p99_latency=POCKETSPHINX_TTFS_P99_CPU,
-            trailing_silence_secs=0.2,
             **kwargs,
         )
         self._pool = pool
+        self._trailing_silence = bytes(int(16000 * trailing_silence_secs) * 2)
 
-    @property
-    def wants_wav_segments(self) -> bool:
-        return False
-
-    def can_generate_metrics(self) -> bool:
-        return True
-
-    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame, None]:
+    async def _run_segment(self, segment: Segment) -> str:
         if self.sample_rate != 16000:
-            yield ErrorFrame(
-                f"pocketsphinx needs 16 kHz input, pipeline runs at {self.sample_rate}"
-            )
-            return
-        await self.start_processing_metrics()
+            raise ValueError(f"pocketsphinx needs 16 kHz input, not {self.sample_rate} Hz")
+        pool = self._pool
+
+        def release_abandoned(future) -> None:  # acquire finished after we stopped waiting
+            if not future.cancelled() and future.exception() is None:
+                _Lease(pool, future.result()).give_back()
+
+        lease = _Lease(pool, await self._in_thread(pool.acquire, release_abandoned))
+        thread_busy = False
+
+        async def in_thread(fn):
+            nonlocal thread_busy
+            thread_busy = True
+            try:
+                result = await self._in_thread(fn, lambda _f: ASR_EXECUTOR.submit(lease.give_back))
+            except asyncio.CancelledError:
+                raise  # the thread still runs: it gives the decoder back when it ends
+            except BaseException:
+                thread_busy = False
+                raise
+            thread_busy = False
+            return result
+
         try:
-            text = await asyncio.to_thread(self._pool.transcribe, audio)
-        except Exception as e:
-            yield ErrorFrame(f"pocketsphinx transcription failed: {e}")
-            return
+            await in_thread(lease.start)
+            fed = 0  # bytes of segment.audio already decoded
+            while True:
+                closed = segment.closed  # read before the audio: nothing may slip past a close
+                if len(segment.audio) > fed or closed:
+                    pcm = bytes(segment.audio[fed:])
+                    fed += len(pcm)
+                    if closed:
+                        pcm += self._trailing_silence
+                    segment.passes += 1
+                    text = await in_thread(lambda p=pcm, c=closed: lease.feed(p, c))
+                    if closed:
+                        return text
+                    await self._push_interim(segment, text)
+                else:
+                    await segment.wait_changed(None)
         finally:
-            await self.stop_processing_metrics()
-        if text:
-            logger.debug(f"{self}: transcript [{text}]")
-            yield TranscriptionFrame(text, self._user_id, time_now_iso8601(), None)
+            if not thread_busy:
+                ASR_EXECUTOR.submit(lease.give_back)
+
+
+class _Lease:
+    """One decoder taken from the pool for one segment; thread-side methods only."""
+
+    def __init__(self, pool: DecoderPool, decoder) -> None:
+        self.pool = pool
+        self.decoder = decoder
+        self.in_utt = False
+        self.returned = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.decoder.start_utt()
+        self.in_utt = True
+
+    def feed(self, pcm: bytes, last: bool) -> str:
+        if pcm:  # (an empty buffer is an error to pocketsphinx)
+            self.decoder.process_raw(pcm, no_search=False, full_utt=False)
+        if last:
+            self.decoder.end_utt()
+            self.in_utt = False
+        return _hyp_text(self.decoder)
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self.returned:
+                return
+            self.returned = True
+        if self.in_utt:
+            try:
+                self.decoder.end_utt()
+                self.in_utt = False
+            except Exception:
+                self.pool.discard(self.decoder)
+                return
+        self.pool.release(self.decoder)

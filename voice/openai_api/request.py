@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine.params import POLICIES, SamplingParams
+from engine.params import DECODINGS, POLICIES, SamplingParams
 
 
 class OpenAIError(Exception):
@@ -69,6 +70,8 @@ _KNOWN = frozenset({
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
     "stream", "stream_options", "n", "reasoning_effort",
     "steps_per_block", "threshold", "entropy_bound", "block_size", "policy", "ignore_eos",
+    "decoding",
+    "chat_template_kwargs",  # vLLM's extension: extra chat-template variables
 })
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -80,6 +83,7 @@ class ChatRequest:
     params: SamplingParams
     stream: bool
     include_usage: bool
+    chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": False}
 
 
 def _is_int(value: Any) -> bool:
@@ -212,6 +216,12 @@ def _knobs(body: dict, defaults: SamplingParams) -> dict[str, Any]:
         overrides["entropy_bound"] = float(bound)
         if policy is None:
             overrides["policy"] = "entropy"
+    decoding = body.get("decoding")  # the family's own decoding ("reference") or "fast"
+    if decoding is not None:
+        if decoding not in DECODINGS:
+            raise _invalid(f"'decoding' must be one of {list(DECODINGS)}, got {decoding!r}.",
+                           "decoding")
+        overrides["decoding"] = decoding
     ignore_eos = body.get("ignore_eos")
     if ignore_eos is not None:
         if not isinstance(ignore_eos, bool):
@@ -234,6 +244,15 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
                           f"{', '.join(model_ids)}.", param="model", code="model_not_found")
     messages = _parse_messages(body.get("messages"))
 
+    stream, include_usage = stream_flags(body)
+    params = sampling_params(body, defaults)
+    return ChatRequest(model=model, messages=messages, params=params, stream=stream,
+                       include_usage=include_usage,
+                       chat_template_kwargs=_template_kwargs(body.get("chat_template_kwargs")))
+
+
+def stream_flags(body: dict) -> tuple[bool, bool]:
+    """(stream, stream_options.include_usage) of a chat or completions body; n must be 1."""
     n = _int_field(body, "n", 1)
     if n is not None and n != 1:
         raise _invalid("Only n=1 is supported.", "n", "unsupported_value")
@@ -254,7 +273,13 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
         if not isinstance(include_usage, bool):
             raise _invalid("'stream_options.include_usage' must be a boolean.",
                            "stream_options.include_usage")
+    return stream, include_usage
 
+
+def sampling_params(body: dict, defaults: SamplingParams) -> SamplingParams:
+    """The SamplingParams of a chat or completions body: knobs, max_tokens, temperature, seed,
+    stop on top of `defaults`. Errors name the API's fields (`max_tokens`, not the engine's
+    `max_new_tokens`)."""
     fields: dict[str, Any] = _knobs(body, defaults)
     max_tokens = _max_tokens(body)
     if max_tokens is not None:
@@ -273,13 +298,35 @@ def parse_chat_request(body: Any, *, model_ids: tuple[str, ...],
     if body.get("stop") is not None:
         fields["stop"] = _stop(body["stop"])
     try:
-        params = dataclasses.replace(defaults, **fields)
+        return dataclasses.replace(defaults, **fields)
     except ValueError as exc:  # SamplingParams names the field in its message
-        raise _invalid(str(exc), _param_from_message(str(exc))) from exc
-    return ChatRequest(model=model, messages=messages, params=params, stream=stream,
-                       include_usage=include_usage)
+        raise _invalid(api_field_names(str(exc)), _param_from_message(str(exc))) from exc
+
+
+# engine field -> the API's name for it, in error messages the client reads
+_API_NAMES = {"max_new_tokens": "max_tokens"}
+
+
+def api_field_names(message: str) -> str:
+    """`message` with the engine's field names replaced by the API's (max_new_tokens ->
+    max_tokens), so an error names what the client sent."""
+    for ours, theirs in _API_NAMES.items():
+        message = re.sub(rf"\b{ours}\b", theirs, message)
+    return message
+
+
+def _template_kwargs(value: Any) -> dict[str, Any] | None:
+    """vLLM's `chat_template_kwargs`: a JSON object of variables for the model's chat template."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _invalid("'chat_template_kwargs' must be an object.", "chat_template_kwargs")
+    for name in ("messages", "add_generation_prompt"):
+        if name in value:
+            raise _invalid(f"'chat_template_kwargs' may not set '{name}'.", "chat_template_kwargs")
+    return dict(value)
 
 
 def _param_from_message(message: str) -> str | None:
     name = message.split(" ", 1)[0]
-    return {"max_new_tokens": "max_tokens"}.get(name, name if name in _KNOWN else None)
+    return _API_NAMES.get(name, name if name in _KNOWN else None)

@@ -33,7 +33,13 @@ from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
 from engine import EngineOverloaded, SamplingParams
-from voice.openai_api.request import ChatRequest, OpenAIError, parse_chat_request
+from voice.openai_api.metrics import ApiMetrics, api_metrics_for
+from voice.openai_api.request import (
+    ChatRequest,
+    OpenAIError,
+    api_field_names,
+    parse_chat_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +47,31 @@ OVERLOAD_RETRY_AFTER_S = 1
 
 
 class _OpenAIRoute(APIRoute):
-    """Turns OpenAIError (raised by handlers) into OpenAI-shaped JSON error responses."""
+    """Turns OpenAIError (raised by handlers) into OpenAI-shaped JSON error responses, and
+    counts every response on `metrics` (set per router by make_router)."""
+
+    metrics: ApiMetrics | None = None
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
+        metrics = self.metrics
 
         async def handle(request: Request) -> Response:
             try:
-                return await handler(request)
+                response = await handler(request)
             except OpenAIError as exc:
                 headers = ({"Retry-After": str(OVERLOAD_RETRY_AFTER_S)} if exc.status == 503
                            else {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
-                return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+                response = JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+                if metrics is not None:
+                    metrics.observe_error(exc.code)
+            except Exception:
+                if metrics is not None:
+                    metrics.observe_status(self.path, request.method, 500)
+                raise
+            if metrics is not None:
+                metrics.observe_status(self.path, request.method, response.status_code)
+            return response
 
         return handle
 
@@ -126,7 +145,7 @@ def _engine_errors(exc: Exception) -> OpenAIError:
     if isinstance(exc, EngineOverloaded):
         return OpenAIError(503, f"The engine is overloaded ({exc}); retry shortly.",
                            type="server_error", code="engine_overloaded")
-    return OpenAIError(400, str(exc), code="invalid_value")
+    return OpenAIError(400, api_field_names(str(exc)), code="invalid_value")
 
 
 def _usage(delta: Any) -> dict[str, int]:
@@ -163,14 +182,18 @@ def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
 
 def make_router(state: Any) -> APIRouter:
     """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
-    router = APIRouter(route_class=_OpenAIRoute)
+    registry = getattr(getattr(state, "metrics", None), "registry", None)
+    api_metrics = api_metrics_for(registry)
+    router = APIRouter(route_class=type("_Route", (_OpenAIRoute,), {"metrics": api_metrics}))
     engine = state.engine
+    created_at = int(getattr(state, "started_at", None) or time.time())  # unix seconds
+    served = served_model_names(state)
 
     def model_card(model_id: str) -> dict[str, Any]:
-        return {"id": model_id, "object": "model", "created": 0, "owned_by": "diffvoice"}
+        return {"id": model_id, "object": "model", "created": created_at, "owned_by": "diffvoice"}
 
     def model_ids() -> tuple[str, ...]:
-        return (engine.model_name,)
+        return served or (engine.model_name,)
 
     def authorize(request: Request) -> None:
         _check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
@@ -199,7 +222,8 @@ def make_router(state: Any) -> APIRouter:
         chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id)
+        deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id,
+                                 chat_template_kwargs=chat.chat_template_kwargs)
         dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created)
@@ -211,12 +235,14 @@ def make_router(state: Any) -> APIRouter:
         except BaseException:
             engine.abort(request_id)  # client gone, cancelled or engine failure: free the slot
             raise
+        finish_reason = _finish_reason(last)
+        api_metrics.observe_finished(chat.model, last)
         return JSONResponse({
             "id": request_id, "object": "chat.completion", "created": created,
             "model": chat.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
                                                  "refusal": None},
-                         "logprobs": None, "finish_reason": _finish_reason(last)}],
+                         "logprobs": None, "finish_reason": finish_reason}],
             "usage": _usage(last),
         }, headers={"x-diffvoice-dropped": dropped} if dropped else None)
 
@@ -264,6 +290,7 @@ def make_router(state: Any) -> APIRouter:
                     delta = await anext(deltas)
                     finished = delta.finished
                 yield chunk({}, _finish_reason(delta))
+                api_metrics.observe_finished(chat.model, delta)
                 if chat.include_usage:
                     yield _sse({"id": request_id, "object": "chat.completion.chunk",
                                 "created": created, "model": chat.model, "choices": [],
@@ -282,4 +309,14 @@ def make_router(state: Any) -> APIRouter:
 
         return _SlotReleasingStream(events(), on_close=release)
 
+    from voice.openai_api.completions import add_completions_route
+
+    add_completions_route(router, state, model_ids=model_ids, metrics=api_metrics)
     return router
+
+
+def served_model_names(state: Any) -> tuple[str, ...]:
+    """`--served-model-name` (comma-separated; the API answers to each), or () for the
+    engine's own model name."""
+    raw = getattr(state.config, "served_model_name", None) or ""
+    return tuple(name.strip() for name in raw.split(",") if name.strip())

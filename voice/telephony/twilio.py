@@ -52,7 +52,11 @@ from voice.telephony.config import (
     startup_warnings,
 )
 from voice.telephony.handshake import CLOSE_POLICY, HandshakeError, StreamHandshake, StreamStart
-from voice.telephony.media_stream import CallSerializer, TwilioMediaStreamTransport
+from voice.telephony.media_stream import (
+    TWILIO_SAMPLE_RATE,
+    CallSerializer,
+    TwilioMediaStreamTransport,
+)
 from voice.telephony.playout import PlayoutTracker
 
 logger = logging.getLogger(__name__)
@@ -301,6 +305,11 @@ async def _run_call(
         state,
         transport,
         session_id=call.session_id,
+        # The pipeline's output runs at Twilio's 8 kHz, so the output transport resamples the
+        # TTS audio *before* cutting it into 20 ms chunks: every media message carries 20 ms
+        # (160 mu-law bytes). Resampling after chunking (in the serializer) made soxr's
+        # streaming resampler emit ~95-150 ms bursts instead.
+        audio_out_sample_rate=TWILIO_SAMPLE_RATE,
         on_latency=lambda record: tracker.on_latency(record, time.time()),
     )
     call.worker = worker

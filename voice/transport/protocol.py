@@ -132,6 +132,7 @@ class SessionStarted(Event):
     tts: str
     warnings: list[str] = field(default_factory=list)
     protocol_version: int = PROTOCOL_VERSION
+    replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ class Latency(Event):
     interrupted: bool = False
     user_text: str = ""
     bot_text: str = ""
+    replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,7 @@ class BrowserSession:
                     asr=state.asr.name,
                     tts=state.tts.name,
                     warnings=warnings,
+                    replica=state.replica_id,
                 )
             )
 

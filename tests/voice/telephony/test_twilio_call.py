@@ -56,7 +56,9 @@ def server_state(engine, tmp_path):
         latency_log=str(tmp_path / "latency.jsonl"),
         twilio_auth_token=TOKEN,
     )
-    return AppState.create(config, engine)
+    # sampled, like the other voice tests' random LLM (RANDOM_LLM): greedy decoding of random
+    # weights can give an answer with no speakable text, depending on the (gibberish) transcript
+    return AppState.create(config, engine, llm_overrides={"temperature": 1.0, "seed": 7})
 
 
 async def wait_until(predicate, within_s: float, what: str, poll_s: float = 0.05) -> None:
@@ -91,6 +93,9 @@ async def test_call_answers_barges_in_and_tears_down(live_server, server_state, 
             peer.say(barge_in)
             clear_t = await peer.wait_for("clear", scaled(60))
             media_before_clear = peer.received.media_bytes
+            # docs/telephony.md: the bot's audio goes out in 20 ms media messages (160 bytes)
+            sizes = peer.received.media_sizes
+            assert max(sizes) == 160 and min(sizes) > 0, sorted(set(sizes))
             # Hang up while the engine is generating the answer to the barge-in.
             in_flight: set[str] = set()
 

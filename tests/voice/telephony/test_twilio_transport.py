@@ -68,9 +68,11 @@ def app_and_seen(tmp_path):
     seen = {"rates": set(), "peak": 0, "digits": [], "workers": []}
     calls = ActiveCalls()
 
-    def build(state, transport, *, session_id, on_latency=None, **_):
+    def build(state, transport, *, session_id, on_latency=None, audio_out_sample_rate=RATE, **_):
         pipeline = Pipeline([transport.input(), Scripted(seen), transport.output()])
-        params = PipelineParams(audio_in_sample_rate=RATE, audio_out_sample_rate=RATE)
+        # the output rate the server asks for (8 kHz), as voice.pipeline.build_pipeline uses it
+        params = PipelineParams(audio_in_sample_rate=RATE,
+                                audio_out_sample_rate=audio_out_sample_rate)
         worker = PipelineWorker(pipeline, params=params, enable_rtvi=False)
         seen["workers"].append(worker)
         seen["on_latency"] = on_latency
@@ -118,6 +120,10 @@ async def test_media_marks_clear_and_stop(live_server, app_and_seen, tmp_path):
             # Let the whole answer go out; the end-of-run mark follows it.
             await wait_until(lambda: any(m.endswith("-end") for m in p.received.marks), scaled(10))
             answered = p.received.media_bytes
+            # docs/telephony.md: bot audio goes out in 20 ms media messages (160 mu-law bytes)
+            sizes = p.received.media_sizes
+            assert sizes and max(sizes) == 160 and all(0 < n <= 160 for n in sizes), (
+                sorted(set(sizes)))
             # A bogus stream opened mid-call is closed with a reason; this call carries on.
             async with websockets.connect(ws_base + "/telephony/twilio/stream") as bogus:
                 await bogus.send("garbage")
@@ -126,6 +132,8 @@ async def test_media_marks_clear_and_stop(live_server, app_and_seen, tmp_path):
             assert closed.value.rcvd.code == 1007 and len(calls) == 1
             await p.dtmf("1")
             await p.wait_for("media", scaled(10))
+            # the second answer's first-chunk mark is echoed before we talk over it
+            await wait_until(lambda: "dv-2-first" in p.received.marks, scaled(10))
             await p.dtmf("2")
             await p.wait_for("clear", scaled(10))
             await p.stop()

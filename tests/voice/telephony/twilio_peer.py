@@ -39,6 +39,7 @@ def spoken_ulaw(text: str, path: Path, *, speed_wpm: int = 150) -> bytes:
 class Received:
     media_bytes: int = 0
     media_messages: int = 0
+    media_sizes: list[int] = field(default_factory=list)  # payload bytes of each media message
     first_media_t: float | None = None
     clears: list[float] = field(default_factory=list)
     marks: list[str] = field(default_factory=list)
@@ -162,6 +163,7 @@ class TwilioPeer:
                     audio = base64.b64decode(message["media"]["payload"])
                     self.received.media_bytes += len(audio)
                     self.received.media_messages += 1
+                    self.received.media_sizes.append(len(audio))
                     if self.received.first_media_t is None:
                         self.received.first_media_t = time.time()
                     # Twilio plays what it gets in real time after what is already queued.

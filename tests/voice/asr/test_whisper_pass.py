@@ -1,0 +1,71 @@
+"""WhisperPassRunner pieces that need no real model: loop trimming, encoder window sizing,
+option validation; one real decode on the random-weight fixture for the timing fields."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from voice_fixtures import TINY_WHISPER
+
+from voice.asr.whisper_pass import FULL_WINDOW_FRAMES, PassOptions, WhisperPassRunner, trim_loop
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Where are you located? Where are you located?", "Where are you located?"),
+        ("What did your folded number what did your folded", "What did your folded number"),
+        ("a b c a b c a b", "a b c"),
+        ("how much is a cleaning how much is a", "how much is a cleaning"),
+        ("how are you", "how are you"),
+        ("no no", "no no"),  # one-word repeats are speech, not a loop
+        ("I said I said I said it", "I said I said I said it"),  # does not run to the end
+        ("", ""),
+    ],
+)
+def test_trim_loop(text, expected):
+    assert trim_loop(text) == expected
+
+
+class _Model:  # just enough of WhisperModel for window sizing
+    pass
+
+
+def _runner(**options) -> WhisperPassRunner:
+    runner = WhisperPassRunner.__new__(WhisperPassRunner)
+    runner.options = PassOptions(**options)
+    return runner
+
+
+def test_encoder_window_follows_the_audio():
+    auto = _runner(pad_secs=1.0, min_ctx_secs=3.0)
+    assert auto._encoder_frames(50) == 300  # short utterance: the minimum window
+    assert auto._encoder_frames(451) == 600  # 4.51 s + 1 s pad, rounded up to whole seconds
+    assert auto._encoder_frames(2950) == FULL_WINDOW_FRAMES  # never more than 30 s
+    assert _runner(audio_ctx="full")._encoder_frames(50) == FULL_WINDOW_FRAMES
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("audio_ctx", "half"), ("pad_secs", -1.0), ("max_new_tokens", 0), ("tokens_per_sec", 0.0),
+     ("no_speech_threshold", 1.5), ("min_ctx_secs", 31.0)],
+)  # fmt: skip
+def test_bad_options_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        PassOptions(**{field: value})
+
+
+@pytest.mark.parametrize("audio_ctx", ["auto", "full"])
+def test_real_decode_reports_its_stages(audio_ctx, speech):
+    from faster_whisper import WhisperModel
+
+    model = WhisperModel(str(TINY_WHISPER), device="cpu", compute_type="int8", cpu_threads=1)
+    runner = WhisperPassRunner(model, PassOptions(audio_ctx=audio_ctx, no_speech_threshold=None))
+    pcm = speech("how much is a cleaning", lead_silence=0.1, tail_silence=0.1)
+    result = runner.run(np.frombuffer(pcm, np.int16).astype(np.float32) / 32768)
+    assert result.audio_samples == len(pcm) // 2
+    assert result.encoder_frames == (600 if audio_ctx == "auto" else FULL_WINDOW_FRAMES)
+    assert result.features_ms > 0 and result.encode_ms > 0 and result.decode_ms > 0
+    assert result.total_ms == pytest.approx(
+        result.features_ms + result.encode_ms + result.decode_ms
+    )

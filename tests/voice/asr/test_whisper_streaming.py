@@ -1,0 +1,95 @@
+"""WhisperSTT's streaming policy with a fake decoder (tests/voice/asr/fake_whisper.py): the
+final reuses the last pass when nothing was said after it, passes respect the per-call cap and
+the shared budget. Audio is a loud tone (speech) and zeros (pauses); VAD frames are explicit."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fake_whisper import WORDS, FakeRunner
+from pipecat.frames.frames import InterimTranscriptionFrame, TranscriptionFrame
+from streaming_helpers import run_with_vad_frames, silence, tone
+
+from voice.asr.pass_budget import PassBudget
+from voice.asr.whisper_stt import StreamingOptions, WhisperSTT
+
+
+def _stt(runner, budget=None, **options) -> WhisperSTT:
+    return WhisperSTT(
+        None, model_name="fake", runner=runner, budget=budget, options=StreamingOptions(**options)
+    )
+
+
+async def test_final_reuses_the_last_pass_when_nothing_came_after_it():
+    runner = FakeRunner()
+    stt = _stt(runner, min_new_audio_secs=0.5, pause_secs=0.2, max_passes_per_sec=10)
+    audio = silence(0.2) + tone(1.0) + silence(0.7)
+    heard = await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.5)])
+    finals = heard.of(TranscriptionFrame)
+    assert len(finals) == 1
+    assert finals[0].text == " ".join(WORDS[:10])  # all ten loud 100 ms windows were heard
+    assert not [p for p in stt.pass_log if p["final"]], "a final pass ran although not needed"
+    assert len(runner.calls) == len(stt.pass_log) >= 2  # every pass counted, none hidden
+    last = max(runner.calls, key=lambda c: c["start"])
+    assert last["samples"] >= int(1.2 * 16000)  # the pause pass heard the end of the speech
+    assert heard.of(InterimTranscriptionFrame)[-1].text == finals[0].text
+
+
+async def test_speech_after_the_last_pass_gets_a_final_pass():
+    runner = FakeRunner()
+    # one pass per 2.5 s: the pass at 0.5 s is the only one before the VAD stop at ~1.9 s
+    stt = _stt(runner, min_new_audio_secs=0.5, max_passes_per_sec=0.4)
+    audio = tone(1.5) + silence(0.4)
+    heard = await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.3)])
+    finals = heard.of(TranscriptionFrame)
+    assert [p["final"] for p in stt.pass_log] == [False, True]
+    assert runner.calls[-1]["samples"] == len(audio) // 2  # the final heard the whole segment
+    assert finals[0].text == " ".join(WORDS[:15])
+    interims = heard.of(InterimTranscriptionFrame)
+    assert interims and interims[0].text == " ".join(WORDS[:5])
+
+
+async def test_passes_per_second_are_capped():
+    runner = FakeRunner(delay_secs=0.01)
+    stt = _stt(runner, min_new_audio_secs=0.05, pause_secs=0.05, max_passes_per_sec=4)
+    await run_with_vad_frames(stt, [("start", 0), ("audio", tone(3.0)), ("stop", 0.2)])
+    interim = [p["started"] for p in stt.pass_log if not p["final"]]
+    assert len(interim) >= 8  # passes were due all the time: the cap is what limited them
+    gaps = [b - a for a, b in zip(interim, interim[1:], strict=False)]
+    assert min(gaps) >= 0.25, gaps  # started no more often than 4 per second
+    # as the worker threads saw them (thread start jitter allowed: one extra per second)
+    starts = sorted(c["start"] for c in runner.calls)[: len(interim)]
+    for t in starts:
+        assert sum(t <= s < t + 1.0 for s in starts) <= 5
+
+
+async def test_shared_budget_runs_fewer_passes_under_load():
+    budget = PassBudget(1)
+    runners = [FakeRunner(delay_secs=0.3) for _ in range(2)]
+    services = [
+        _stt(r, budget, min_new_audio_secs=0.1, pause_secs=0.1, max_passes_per_sec=10)
+        for r in runners
+    ]
+    parts = [("start", 0), ("audio", tone(2.0) + silence(0.3)), ("stop", 0.3)]
+    heard = await asyncio.gather(*(run_with_vad_frames(s, parts) for s in services))
+    assert budget.peak == 1  # never two passes at once on the shared model
+    assert budget.skipped > 0  # due passes were skipped rather than queued
+    for h in heard:  # yet each call still got its complete final transcript
+        assert [f.text for f in h.of(TranscriptionFrame)] == [" ".join(WORDS[:20])]
+    for r in runners:  # no pass of one call overlapped another pass of the same call
+        spans = sorted((c["start"], c["end"]) for c in r.calls)
+        assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:], strict=False))
+
+
+async def test_two_segments_give_two_finals_in_order():
+    runner = FakeRunner()
+    stt = _stt(runner, min_new_audio_secs=0.3)
+    parts = [
+        ("start", 0), ("audio", tone(0.6) + silence(0.3)), ("stop", 0.3),
+        ("audio", silence(0.3)),
+        ("start", 0), ("audio", tone(0.9) + silence(0.3)), ("stop", 0.3),
+    ]  # fmt: skip
+    heard = await run_with_vad_frames(stt, parts)
+    finals = heard.of(TranscriptionFrame)
+    assert [f.result.segment for f in finals] == [1, 2]
+    assert finals[1].text == " ".join(WORDS[:9])
