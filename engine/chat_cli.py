@@ -58,8 +58,9 @@ def _engine(args) -> Engine:
 async def answer(engine: Engine, messages: list[dict], params: SamplingParams, out=None):
     out = out or sys.stdout
     t0 = time.perf_counter()
-    text, tokens, first = "", 0, None
+    text, tokens, first, conf = "", 0, None, None
     async for d in engine.generate(messages, params):
+        conf = d.first_block_confidence if d.first_block_confidence is not None else conf
         if first is None and d.token_ids:
             first = time.perf_counter() - t0
         tokens += len(d.token_ids)
@@ -67,7 +68,8 @@ async def answer(engine: Engine, messages: list[dict], params: SamplingParams, o
         out.write(d.text)
         out.flush()
     wall = time.perf_counter() - t0
-    out.write(f"\n  [first block {1000 * (first or 0):.1f} ms | {tokens} tokens in "
+    sure = "" if conf is None else f" | first-block confidence {conf:.2f}"
+    out.write(f"\n  [first block {1000 * (first or 0):.1f} ms{sure} | {tokens} tokens in "
               f"{1000 * wall:.1f} ms = {tokens / wall if wall else 0:.0f} tok/s]\n")
     return text
 

@@ -51,6 +51,9 @@ class Delta:
     queue_s: float | None = None  # submit -> admitted to a slot (time spent queued)
     tool_call: dict | None = None  # {"name", "arguments": JSON text} on a call's final delta
     passes: int = 0  # denoising passes this request has taken so far
+    # lowest confidence (softmax probability) of any token committed in the first block, once
+    # that block is done: the engine's own measure of how sure the reply's start was
+    first_block_confidence: float | None = None
 
 
 @dataclass
@@ -257,6 +260,9 @@ class Engine:
                 continue
             try:
                 out = self.runner.step(rows)
+                for seq, low in zip(rows, out.min_conf or (), strict=False):
+                    if seq.t_first_block is None:
+                        seq.first_block_conf = min(seq.first_block_conf, low)
             except Exception as exc:  # a failed pass fails its rows, never the engine
                 log.exception("denoising pass failed for %d rows", len(rows))
                 with self._lock:
@@ -335,7 +341,8 @@ class Engine:
             len(seq.generated), seq.t_first_block - seq.t_submit if seq.t_first_block else None,
             now - seq.t_submit,
             seq.t_scheduled - seq.t_submit if seq.t_scheduled is not None else None,
-            passes=seq.passes))
+            passes=seq.passes,
+            first_block_confidence=seq.first_block_conf if seq.t_first_block else None))
 
     def _emit_structured(self, ev: Committed, caller: _Caller) -> None:
         """A call / JSON answer: nothing readable until the whole skeleton is decoded."""

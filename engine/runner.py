@@ -30,6 +30,7 @@ class StepOutput:
     window_start: list[int]  # absolute position of window slot 0, per row
     tokens: list[list[int]]  # window tokens after this pass, per row
     remaining: list[int]  # masks left in each row's decode block
+    min_conf: list[float] | None = None  # lowest confidence among this pass's commits, per row
 
 
 class ModelRunner:
@@ -149,9 +150,12 @@ class ModelRunner:
             early = (wpos < c("gen_end")[:, None]) & before_eos
             counted = in_block & (early | ~c("final").bool()[:, None])
         remaining = ((new == self.mask_id) & counted).sum(-1)
-        out = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
+        # the lowest committed confidence per row rides along in the same copy (micro-units)
+        low = (torch.where(commit, conf, torch.ones_like(conf)).amin(-1) * 1e6).long()
+        out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
         step = StepOutput(window_start=[r.q_end - W for r in rows],
-                          tokens=[h[:-1] for h in out], remaining=[h[-1] for h in out])
+                          tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
+                          min_conf=[h[-1] / 1e6 for h in out])
         after_pass(self, rows, step.window_start, step.tokens)  # may lay more of a call's skeleton
         return step
 

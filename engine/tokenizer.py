@@ -117,6 +117,19 @@ class ChatTokenizer:
         after = self.encode(text.split(sentinel, 1)[1])[:1]  # LLaDA's template goes on with a
         return [t for t in after if self.tokenizer.id_to_token(t) in added]  # header: 1 token
 
+    def dropped(self, messages: list[dict]) -> dict[str, int]:
+        """How many messages the chat template leaves out of the prompt, by role ("system",
+        "history" for earlier user/assistant/tool turns): a message counts as dropped when its
+        text does not appear in the rendered prompt (templates may lower-case or trim it)."""
+        prompt = self.render(messages).lower()
+        out: dict[str, int] = {}
+        for m in messages:
+            text = " ".join(str(m.get("content") or "").lower().split())
+            if text and text not in prompt:
+                key = "system" if m.get("role") in ("system", "developer") else "history"
+                out[key] = out.get(key, 0) + 1
+        return out
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 

@@ -14,11 +14,13 @@ render (ValueError otherwise). Knows nothing about tokenizers or models.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import zlib
 from dataclasses import dataclass
 
+from engine.train.dialogues import Dialogues, Turn
 from engine.train.facts import DAYS, FactSheet
 from engine.train.grammar import Template
 from engine.train.templates import (
@@ -28,6 +30,13 @@ from engine.train.templates import (
     SMALL_TALK_INTENTS,
     SUFFIXES,
 )
+from engine.train.variants import vary
+
+# the training mixture (probabilities per drawn example): the recipe
+P_DIALOGUE = 0.3    # booking / availability / cancel / follow-up examples (dialogues.py)
+P_VARY = 0.45       # single questions rewritten by variants.vary
+P_ASR = 0.2         # single questions replaced by a cached ASR transcript (asr_cache.py)
+P_HISTORY = 0.2     # single questions preceded by an unrelated previous exchange
 
 # words a caller slips in anywhere (training-time augmentation only)
 _INSERTS = ("just", "like", "actually", "really", "um", "uh", "so", "maybe", "you know", "i mean",
@@ -44,13 +53,20 @@ _CHITCHAT_BLOCKLIST = re.compile(
 
 @dataclass(frozen=True)
 class Example:
-    intent: str          # e.g. "price", "faq:insurance", "greeting"
+    intent: str          # e.g. "price", "faq:insurance", "greeting", "book", "follow:price"
     slot: str | None     # day or service name, None otherwise
     template: str        # the core template text (or "chitchat:<id>"); identity for splits
     question: str        # what the caller said, as ASR would transcribe it
-    answer: str          # the one spoken reply
+    answer: str          # the one reply (spoken text, or a tool call's wire text)
     facts: tuple[str, ...]  # values the reply must contain to count as correct
-    kind: str            # "fact" or "small_talk"
+    kind: str            # "fact", "small_talk", "flow" (booking/tools) or "follow" (follow-up)
+    history: tuple[dict, ...] = ()  # chat messages before `question` (the previous exchange)
+    after: tuple[dict, ...] = ()    # the current turn's tool call + tool result, if any
+    call: tuple[str, str] | None = None  # (tool name, arguments JSON) when `answer` is a call
+
+    def messages(self) -> list[dict]:
+        """The chat messages the model sees for this example (OpenAI format)."""
+        return [*self.history, {"role": "user", "content": self.question}, *self.after]
 
 
 def normalize(text: str) -> str:
@@ -66,8 +82,12 @@ def _join_days(days: list[str]) -> str:
 
 
 class DataGenerator:
-    def __init__(self, facts: FactSheet, use_chitchat: bool = False) -> None:
+    def __init__(self, facts: FactSheet, use_chitchat: bool = False,
+                 asr_cache: list[dict] | None = None) -> None:
         self.facts = facts
+        self.dialogues = Dialogues(facts, lambda intent, slot=None: self.answer(intent, slot))
+        # cached recognised texts [{intent, slot, heard}] usable with this fact sheet
+        self._asr_raw = asr_cache or []
         self.questions: dict[str, tuple[list[Template], list[Template]]] = {
             intent: ([Template(t) for t in train], [Template(t) for t in heldout])
             for intent, (train, heldout) in QUESTIONS.items()}
@@ -90,6 +110,10 @@ class DataGenerator:
                 self.units.append((intent, None, 1.5 if intent == "hours_week" else 1.0))
         self._weights = [w for _, _, w in self.units]
         self._heldout_filled = self._filled_heldout()
+        known = {(i, s) for i, s, _ in self.units} | {("book", None)}
+        self.asr_cache = [r for r in self._asr_raw if (r["intent"], r.get("slot")) in known
+                          and r["heard"].strip()
+                          and normalize(r["heard"]) not in self._heldout_filled]
         self.chitchat_train: list[str] = []
         self.chitchat_eval: list[str] = []
         if use_chitchat:
@@ -232,13 +256,67 @@ class DataGenerator:
         kind = "small_talk" if intent in SMALL_TALK_INTENTS else "fact"
         return Example(intent, slot, template.text, question, answer, facts, kind)
 
-    def sample_train(self, rng: random.Random) -> Example:
+    def from_turn(self, turn: Turn, template: str) -> Example:
+        """A dialogues.Turn as an Example (the last user message is the question)."""
+        msgs = list(turn.messages)
+        last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+        kind = "follow" if turn.intent.startswith("follow:") else "flow"
+        facts = (turn.reply,) if turn.call is None else ()
+        return Example(turn.intent, turn.slot, template, msgs[last]["content"], turn.reply, facts,
+                       kind, tuple(msgs[:last]), tuple(msgs[last + 1:]), turn.call)
+
+    def _single(self, rng: random.Random) -> Example:
         intent, slot, _ = rng.choices(self.units, weights=self._weights)[0]
         if intent == "out_of_scope" and self.chitchat_train and rng.random() < 0.5:
             line = rng.choice(self.chitchat_train)
             answer, facts = self.answer(intent)
             return Example(intent, None, "chitchat:train", line, answer, facts, "small_talk")
-        return self._example(intent, slot, rng.choice(self.questions[intent][0]), rng, False)
+        ex = self._example(intent, slot, rng.choice(self.questions[intent][0]), rng, False)
+        if rng.random() < P_VARY:
+            varied = vary(ex.question.lower().rstrip("?.!"), rng)
+            if normalize(varied) not in self._heldout_filled:
+                ex = dataclasses.replace(ex, question=varied + rng.choice(["?", "", "."]))
+        return ex
+
+    def sample_train(self, rng: random.Random) -> Example:
+        roll = rng.random()
+        if roll < P_DIALOGUE:
+            return self.from_turn(self.dialogues.sample(rng, "train"), "dialogue:train")
+        if roll < P_DIALOGUE + P_ASR * (1 - P_DIALOGUE) and self.asr_cache:
+            rec = rng.choice(self.asr_cache)
+            if rec["intent"] == "book":  # a cached booking opener: its reply is a flow reply
+                ex = Example("book", None, "asr:train", rec["heard"], rec["reply"], (rec["reply"],),
+                             "flow", call=tuple(rec["call"]) if rec.get("call") else None)
+            else:
+                answer, facts = self.answer(rec["intent"], rec.get("slot"))
+                kind = "small_talk" if rec["intent"] in SMALL_TALK_INTENTS else "fact"
+                ex = Example(rec["intent"], rec.get("slot"), "asr:train", rec["heard"], answer,
+                             facts, kind)
+        else:
+            ex = self._single(rng)
+        if rng.random() < P_HISTORY:  # an unrelated previous exchange the model must ignore
+            prev = self._single(rng)
+            ex = dataclasses.replace(ex, history=(
+                {"role": "user", "content": prev.question},
+                {"role": "assistant", "content": prev.answer}))
+        return ex
+
+    def dialogue_eval_set(self, seed: int = 4321, n: int = 240) -> list[Example]:
+        """Held-out booking / tool / follow-up turns: held-out phrasings and caller names."""
+        rng = random.Random(seed)
+        out = []
+        kinds = [k for k in dict.fromkeys(self.dialogues.kinds)]
+        for i in range(n):
+            turn = self.dialogues.sample(rng, "heldout", kinds[i % len(kinds)])
+            out.append(self.from_turn(turn, "dialogue:heldout"))
+        return out
+
+    def is_well_formed(self, text: str) -> bool:
+        """Exactly a reply the fact sheet yields (any intent, slot, flow shape) or a valid call."""
+        text = text.strip()
+        if not hasattr(self, "_answer_set"):
+            self._answer_set = set(self.all_answers())
+        return text in self._answer_set or self.dialogues.is_flow_reply(text)
 
     def eval_set(self, seed: int = 1234, per_template: int = 1) -> list[Example]:
         rng = random.Random(seed)

@@ -1,28 +1,41 @@
 """Evaluate a receptionist checkpoint through the real Engine (the code path users run).
 
-For every held-out question of the fact sheet (engine.train.data.DataGenerator.eval_set) and every
-decoding setting, one reply is generated with `Engine.generate` and scored:
-  correct   the normalized reply contains every normalized fact value of the question
-  ended     the reply ended by itself (finish_reason "stop": EOS, no stop strings are passed)
-  exact     the normalized reply equals the reference answer (a fluency proxy: the training data
-            has one phrasing per question)
-plus reply length (tokens, words) and latency (first committed block, whole reply). Requests are
-sent one at a time by default so latency is per reply, not per batch. Knows nothing about training.
+Question sets (each Example carries its chat messages: history, question, tool results):
+  template     held-out templates of the fact sheet (DataGenerator.eval_set)
+  dialogue     held-out booking / availability / cancel / follow-up turns: held-out phrasings and
+               caller names (DataGenerator.dialogue_eval_set)
+  independent  the hand-written independent set (engine/train/independent_eval.yaml), text
+  spoken       the same questions spoken by espeak voices never used in training and recognised
+               by Whisper tiny.en and pocketsphinx (engine/train/independent_asr.jsonl)
+(independent/spoken only for the default fact sheet they were written for.)
+Scoring of one reply:
+  correct      fact / small talk / follow-up: the normalized reply contains every fact value;
+               a flow question: the normalized reply equals the expected one; a tool call: the
+               parsed call has the right tool and exactly the right arguments
+  well_formed  the reply is exactly an answer the fact sheet yields, a flow reply shape or a
+               valid tool call (DataGenerator.is_well_formed) — measured on the raw reply
+  clarified    engine.train.clarify.guard replaced the reply by the clarifying question (first
+               block confidence below `clarify_below`, or not well-formed); a clarified reply
+               counts as NOT correct in every accuracy
+Requests go one at a time by default so latency is per reply, not per batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.train.clarify import DEFAULT_THRESHOLD, guard
 from engine.train.data import DataGenerator, Example, normalize
 from engine.train.facts import load_facts
+from engine.train.tool_schemas import parse_tool_call
 
-DEFAULT_SETTINGS = ("low_confidence:2", "low_confidence:4", "low_confidence:8", "threshold:0.9")
+DEFAULT_SETTINGS = ("low_confidence:4",)
 
 
 def parse_setting(spec: str, max_new_tokens: int) -> SamplingParams:
@@ -46,45 +59,67 @@ def parse_setting(spec: str, max_new_tokens: int) -> SamplingParams:
 @dataclass
 class Reply:
     question: str
+    history: int         # messages before the question
     intent: str
     kind: str
+    template: str
     expected: str
-    text: str
-    correct: bool
+    text: str            # the model's raw reply
+    final: str           # what the caller hears (after the clarify guard)
+    correct: bool        # `final` is right
+    correct_raw: bool    # `text` is right (no guard)
+    well_formed: bool    # `text` is well-formed
+    clarified: bool
+    is_call: bool        # the expected reply is a tool call
     ended: bool
     exact: bool
     tokens: int
     words: int
+    first_block_conf: float | None
     first_block_s: float | None
     total_s: float
 
 
 def score(example: Example, text: str) -> tuple[bool, bool]:
+    """(correct, exact) of a reply text for an example."""
     norm = normalize(text)
-    correct = all(normalize(f) in norm for f in example.facts)
-    return correct, norm == normalize(example.answer)
+    exact = norm == normalize(example.answer)
+    if example.call is not None:
+        parsed = parse_tool_call(text)
+        want = json.loads(example.call[1])
+        return parsed is not None and parsed[0] == want["name"] and \
+            parsed[1] == want["arguments"], exact
+    if example.kind == "flow":
+        return exact, exact
+    return all(normalize(f) in norm for f in example.facts), exact
 
 
-async def _ask(engine: Engine, example: Example, params: SamplingParams) -> Reply:
+async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: SamplingParams,
+               clarify_below: float) -> Reply:
     text, last = "", None
     t0 = time.perf_counter()
-    async for delta in engine.generate([{"role": "user", "content": example.question}], params):
+    async for delta in engine.generate(example.messages(), params):
         text += delta.text
         last = delta
     total = time.perf_counter() - t0
-    correct, exact = score(example, text)
-    return Reply(example.question, example.intent, example.kind, example.answer, text.strip(),
-                 correct, last.finish_reason == "stop", exact, last.completion_tokens,
-                 len(text.split()), last.first_block_latency_s, total)
+    text = text.strip()
+    conf = last.first_block_confidence
+    final, clarified = guard(text, conf, gen.is_well_formed, clarify_below)
+    correct_raw, exact = score(example, text)
+    correct = (not clarified) and correct_raw
+    return Reply(example.question, len(example.history), example.intent, example.kind,
+                 example.template, example.answer, text, final, correct, correct_raw,
+                 gen.is_well_formed(text), clarified, example.call is not None,
+                 last.finish_reason == "stop", exact, last.completion_tokens, len(text.split()),
+                 conf, last.first_block_latency_s, total)
 
 
-async def _run_setting(engine: Engine, examples: list[Example], params: SamplingParams,
-                       concurrency: int) -> list[Reply]:
+async def _run(engine, gen, examples, params, concurrency, clarify_below) -> list[Reply]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(ex: Example) -> Reply:
         async with gate:
-            return await _ask(engine, ex, params)
+            return await _ask(engine, gen, ex, params, clarify_below)
 
     return list(await asyncio.gather(*(one(ex) for ex in examples)))
 
@@ -94,19 +129,30 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
+def _rate(replies: list[Reply], attr: str = "correct") -> float | None:
+    return sum(getattr(r, attr) for r in replies) / len(replies) if replies else None
+
+
 def summarize(replies: list[Reply]) -> dict:
-    facts = [r for r in replies if r.kind == "fact"]
-    talk = [r for r in replies if r.kind == "small_talk"]
     totals = [r.total_s for r in replies]
     firsts = [r.first_block_s for r in replies if r.first_block_s is not None]
+    pick = lambda pred: [r for r in replies if pred(r)]  # noqa: E731
     return {
-        "n": len(replies), "n_fact": len(facts), "n_small_talk": len(talk),
-        "fact_accuracy": sum(r.correct for r in facts) / max(1, len(facts)),
-        "small_talk_accuracy": sum(r.correct for r in talk) / max(1, len(talk)),
-        "eos_rate": sum(r.ended for r in replies) / max(1, len(replies)),
-        "exact_rate": sum(r.exact for r in replies) / max(1, len(replies)),
+        "n": len(replies),
+        "accuracy": _rate(replies), "accuracy_raw": _rate(replies, "correct_raw"),
+        "fact_accuracy": _rate(pick(lambda r: r.kind == "fact")),
+        "small_talk_accuracy": _rate(pick(lambda r: r.kind == "small_talk")),
+        "flow_accuracy": _rate(pick(lambda r: r.kind == "flow")),
+        "booking_accuracy": _rate(pick(lambda r: r.is_call)),
+        "follow_up_accuracy": _rate(pick(lambda r: r.kind == "follow")),
+        "n_fact": len(pick(lambda r: r.kind == "fact")),
+        "n_small_talk": len(pick(lambda r: r.kind == "small_talk")),
+        "n_flow": len(pick(lambda r: r.kind == "flow")), "n_calls": len(pick(lambda r: r.is_call)),
+        "n_follow": len(pick(lambda r: r.kind == "follow")),
+        "well_formed_rate": _rate(replies, "well_formed"),
+        "clarify_rate": _rate(replies, "clarified"),
+        "eos_rate": _rate(replies, "ended"), "exact_rate": _rate(replies, "exact"),
         "mean_tokens": statistics.fmean(r.tokens for r in replies) if replies else 0.0,
-        "mean_words": statistics.fmean(r.words for r in replies) if replies else 0.0,
         "latency_mean_s": statistics.fmean(totals) if totals else float("nan"),
         "latency_p50_s": _pct(totals, 0.5), "latency_p90_s": _pct(totals, 0.9),
         "first_block_p50_s": _pct(firsts, 0.5),
@@ -117,14 +163,31 @@ def per_intent(replies: list[Reply]) -> dict[str, float]:
     out: dict[str, list[bool]] = {}
     for r in replies:
         out.setdefault(r.intent, []).append(r.correct)
-    return {k: sum(v) / len(v) for k, v in sorted(out.items())}
+    return {k: round(sum(v) / len(v), 3) for k, v in sorted(out.items())}
+
+
+def question_sets(gen: DataGenerator, seed: int, per_template: int, dialogues: int,
+                  independent: bool) -> dict[str, list[Example]]:
+    sets = {"template": gen.eval_set(seed=seed, per_template=per_template),
+            "dialogue": gen.dialogue_eval_set(seed=seed + 1, n=dialogues)}
+    from engine.train.independent import BUSINESS, independent_examples, spoken_examples
+
+    if independent and gen.facts.name == BUSINESS:
+        sets["independent"] = independent_examples(gen)
+        for asr in ("whisper-tiny.en", "pocketsphinx-domain"):
+            spoken = spoken_examples(gen, asr=asr)
+            if spoken:
+                sets[f"spoken:{asr}"] = spoken
+    return sets
 
 
 def evaluate(model: str | Path, facts: str | Path | None = None,
              settings: tuple[str, ...] = DEFAULT_SETTINGS, per_template: int = 1,
              limit: int | None = None, max_new_tokens: int = 64, concurrency: int = 1,
-             seed: int = 1234, use_chitchat: bool = True, threads: int = 2) -> dict:
-    """Run every setting over the held-out set; returns a JSON-able report."""
+             seed: int = 1234, use_chitchat: bool = True, threads: int = 2,
+             dialogues: int = 240, independent: bool = True,
+             clarify_below: float = DEFAULT_THRESHOLD) -> dict:
+    """Run every setting over every question set; returns a JSON-able report."""
     import torch
 
     torch.set_num_threads(threads)
@@ -138,40 +201,75 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
         except ImportError:
             use_chitchat = False
     gen = DataGenerator(load_facts(facts_path), use_chitchat=use_chitchat)
-    examples = gen.eval_set(seed=seed, per_template=per_template)
-    if limit is not None and limit < len(examples):
-        step = len(examples) / limit  # evenly spaced: keeps every intent represented
-        examples = [examples[int(i * step)] for i in range(limit)]
+    sets = question_sets(gen, seed, per_template, dialogues, independent)
+    if limit is not None:
+        for name, examples in sets.items():
+            if limit < len(examples):
+                step = len(examples) / limit  # evenly spaced: keeps every intent represented
+                sets[name] = [examples[int(i * step)] for i in range(limit)]
     all_params = [(spec, parse_setting(spec, max_new_tokens)) for spec in settings]
+    n_max = max(len(v) for v in sets.values())
     engine = Engine.from_pretrained(model, EngineConfig(max_running=max(1, concurrency),
-                                                        max_queued=len(examples)))
-    report: dict = {"model": str(model), "facts": str(facts_path), "n_questions": len(examples),
-                    "concurrency": concurrency, "threads": threads, "settings": {}}
+                                                        max_queued=n_max))
+    report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
+                    "threads": threads, "clarify_below": clarify_below,
+                    "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {}}
     try:
         engine.warmup()
         for spec, params in all_params:
-            t0 = time.perf_counter()
-            replies = asyncio.run(_run_setting(engine, examples, params, concurrency))
-            report["settings"][spec] = {
-                "summary": summarize(replies), "per_intent": per_intent(replies),
-                "wall_s": round(time.perf_counter() - t0, 1),
-                "failures": [asdict(r) for r in replies if not (r.correct and r.ended)][:40],
-                "samples": [asdict(r) for r in replies[:: max(1, len(replies) // 12)]]}
+            res: dict = {}
+            for name, examples in sets.items():
+                t0 = time.perf_counter()
+                replies = asyncio.run(_run(engine, gen, examples, params, concurrency,
+                                           clarify_below))
+                res[name] = {
+                    "summary": summarize(replies), "per_intent": per_intent(replies),
+                    "wall_s": round(time.perf_counter() - t0, 1),
+                    "failures": [asdict(r) for r in replies if not r.correct][:60],
+                    # (first-block confidence, raw reply correct, well-formed) of every reply:
+                    # what a clarify threshold is chosen from
+                    "confidence": [[None if r.first_block_conf is None else
+                                    round(r.first_block_conf, 4), r.correct_raw, r.well_formed]
+                                   for r in replies],
+                    "samples": [asdict(r) for r in replies[:: max(1, len(replies) // 10)]]}
+            res["all"] = {"summary": _merge([res[k]["summary"] for k in sets])}
+            report["settings"][spec] = res
     finally:
         engine.close()
     return report
 
 
+def _merge(summaries: list[dict]) -> dict:
+    n = sum(s["n"] for s in summaries)
+    return {"n": n, **{k: sum(s[k] * s["n"] for s in summaries) / max(1, n)
+                       for k in ("well_formed_rate", "clarify_rate")}}
+
+
+def _fmt(value: float | None, n: int | None = None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1%}" + (f" ({n})" if n is not None else "")
+
+
 def markdown_table(report: dict) -> str:
-    lines = ["| setting | fact acc. | small-talk acc. | ends with EOS | exact | mean tokens | "
-             "mean words | latency mean / p50 / p90 (s) | first block p50 (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | set | accuracy | raw (no guard) | fact | small talk | flow | booking "
+             "calls | follow-ups | well-formed | clarified | first block p50 (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec, res in report["settings"].items():
-        s = res["summary"]
-        lines.append(
-            f"| {spec} | {s['fact_accuracy']:.1%} ({s['n_fact']}) | "
-            f"{s['small_talk_accuracy']:.1%} ({s['n_small_talk']}) | {s['eos_rate']:.1%} | "
-            f"{s['exact_rate']:.1%} | {s['mean_tokens']:.1f} | {s['mean_words']:.1f} | "
-            f"{s['latency_mean_s']:.3f} / {s['latency_p50_s']:.3f} / {s['latency_p90_s']:.3f} | "
-            f"{s['first_block_p50_s']:.3f} |")
+        for name, body in res.items():
+            if name == "all":
+                continue
+            s = body["summary"]
+            lines.append(
+                f"| {spec} | {name} | {_fmt(s['accuracy'], s['n'])} | {_fmt(s['accuracy_raw'])} |"
+                f" {_fmt(s['fact_accuracy'], s['n_fact'])} |"
+                f" {_fmt(s['small_talk_accuracy'], s['n_small_talk'])} |"
+                f" {_fmt(s['flow_accuracy'], s['n_flow'])} |"
+                f" {_fmt(s['booking_accuracy'], s['n_calls'])} |"
+                f" {_fmt(s['follow_up_accuracy'], s['n_follow'])} |"
+                f" {_fmt(s['well_formed_rate'])} | {_fmt(s['clarify_rate'])} |"
+                f" {s['first_block_p50_s']:.3f} |")
+        a = res["all"]["summary"]
+        lines.append(f"| {spec} | all | | | | | | | | {_fmt(a['well_formed_rate'], a['n'])} |"
+                     f" {_fmt(a['clarify_rate'])} | |")
     return "\n".join(lines)

@@ -2,7 +2,12 @@
 
 `load_facts(path) -> FactSheet` raises ValueError naming the offending field (with the file name)
 for anything the data generator could not use. The schema is documented by the shipped example,
-engine/train/default_facts.yaml. Knows nothing about templates, tokenizers or models.
+engine/train/default_facts.yaml. Fields that contain the business name derive from it:
+`contact.email` defaults to "hello at {spoken_name} dot com" and `contact.website` to
+"{spoken_name} dot com" (spoken_name = the name lower-cased, "&" read as "and", other punctuation
+dropped), and every answer text may use the placeholders {name}, {spoken_name}, {phone}, {email},
+{website}, so renaming the business renames them all.
+Knows nothing about templates, tokenizers or models.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class Service:
     spoken: str               # "a cleaning": how the agent starts a sentence about it
     aliases: tuple[str, ...]  # how callers say it
     price: str                # "95 dollars"
-    duration: str             # "45 minutes"
+    duration: str             # "45 minutes" (spoken)
+    minutes: int = 60         # how long the appointment book reserves (from duration, or given)
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,38 @@ def _section(doc: dict, key: str, kind: type = dict):
     return value
 
 
+PLACEHOLDERS = ("name", "spoken_name", "phone", "email", "website")
+
+
+def spoken_name(name: str) -> str:
+    """'Bluebird Dental' -> 'bluebird dental'; 'Smith & Sons, Inc.' -> 'smith and sons inc'."""
+    text = name.lower().replace("&", " and ")
+    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text).split())
+
+
+def _fill(text: str, values: dict[str, str], where: str) -> str:
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    leftover = re.search(r"\{[a-z_]+\}", text)
+    if leftover:
+        raise ValueError(f"{where}: unknown placeholder {leftover.group(0)}; "
+                         f"known: {', '.join('{' + k + '}' for k in PLACEHOLDERS)}")
+    return text
+
+
+def _minutes(value, duration: str, where: str) -> int:
+    """`minutes:` if given, else parsed from a duration like "45 minutes" / "1 hour", else 60
+    (a duration such as "2 visits" says nothing about one appointment's length)."""
+    if value is None:
+        match = re.fullmatch(r"(\d+) (minutes?|hours?)", duration.lower())
+        if not match:
+            return 60
+        value = int(match.group(1)) * (60 if match.group(2).startswith("hour") else 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not 5 <= value <= 600:
+        raise ValueError(f"{where}.minutes must be an integer from 5 to 600, got {value!r}")
+    return value
+
+
 def parse_facts(doc: dict) -> FactSheet:
     """Validate a parsed YAML document (see default_facts.yaml) into a FactSheet."""
     if not isinstance(doc, dict):
@@ -108,7 +146,18 @@ def parse_facts(doc: dict) -> FactSheet:
     unknown_days = set(hours_doc) - set(DAYS)
     if unknown_days:
         raise ValueError(f"hours: unknown day(s) {sorted(unknown_days)}; use {DAYS}")
-    location, contact, booking = (_section(doc, k) for k in ("location", "contact", "booking"))
+    location, booking = (_section(doc, k) for k in ("location", "booking"))
+    contact = doc.get("contact") or {}
+    if not isinstance(contact, dict):
+        raise ValueError(f"contact must be a mapping, got {contact!r}")
+    name = _text(business, "name", "business")
+    values = {"name": name, "spoken_name": spoken_name(name),
+              "phone": _text(contact, "phone", "contact")}
+    values["email"] = _fill(_text({"email": contact.get("email") or
+                                   "hello at {spoken_name} dot com"}, "email", "contact"),
+                            values, "contact.email")
+    values["website"] = _fill(_text({"website": contact.get("website") or "{spoken_name} dot com"},
+                                    "website", "contact"), values, "contact.website")
     services = []
     for i, raw in enumerate(_section(doc, "services", list)):
         where = f"services[{i}]"
@@ -117,10 +166,12 @@ def parse_facts(doc: dict) -> FactSheet:
         aliases = raw.get("aliases")
         if not isinstance(aliases, list) or not aliases:
             raise ValueError(f"{where}.aliases must be a non-empty list, got {aliases!r}")
+        duration = _text(raw, "duration", where)
         services.append(Service(
             name=_text(raw, "name", where), spoken=_text(raw, "spoken", where),
             aliases=tuple(" ".join(str(a).lower().split()) for a in aliases),
-            price=_text(raw, "price", where), duration=_text(raw, "duration", where)))
+            price=_text(raw, "price", where), duration=duration,
+            minutes=_minutes(raw.get("minutes"), duration, where)))
     faq = []
     for i, raw in enumerate(doc.get("faq") or []):
         where = f"faq[{i}]"
@@ -134,17 +185,19 @@ def parse_facts(doc: dict) -> FactSheet:
             raise ValueError(f"{where}.questions needs at least 3 phrasings (one is held out)")
         faq.append(FaqItem(
             id=item_id, questions=tuple(" ".join(str(q).lower().split()) for q in questions),
-            answer=_text(raw, "answer", where), fact=_text(raw, "fact", where)))
+            answer=_fill(_text(raw, "answer", where), values, where + ".answer"),
+            fact=_fill(_text(raw, "fact", where), values, where + ".fact")))
     return FactSheet(
-        name=_text(business, "name", "business"), kind=_text(business, "kind", "business"),
+        name=name, kind=_text(business, "kind", "business"),
         assistant_name=_text(business, "assistant_name", "business"), hours=tuple(hours),
         address=_text(location, "address", "location"),
-        directions=_text(location, "directions", "location"),
+        directions=_fill(_text(location, "directions", "location"), values, "location.directions"),
         directions_fact=_text(location, "directions_fact", "location"),
-        phone=_text(contact, "phone", "contact"), email=_text(contact, "email", "contact"),
-        website=_text(contact, "website", "contact"), services=tuple(services),
-        booking_answer=_text(booking, "answer", "booking"),
-        booking_fact=_text(booking, "fact", "booking"), faq=tuple(faq))
+        phone=values["phone"], email=values["email"], website=values["website"],
+        services=tuple(services),
+        booking_answer=_fill(_text(booking, "answer", "booking"), values, "booking.answer"),
+        booking_fact=_fill(_text(booking, "fact", "booking"), values, "booking.fact"),
+        faq=tuple(faq))
 
 
 def load_facts(path: str | Path = DEFAULT_FACTS_PATH) -> FactSheet:

@@ -73,6 +73,9 @@ QUESTIONS: dict[str, tuple[list[str], list[str]]] = {
         "where's (the|your) (clinic|office|practice)",
         "where do i go for my appointment",
         "(what|which) town are you in",
+        "(what's|what is) (the|your) (mailing|postal) address",
+        "(send|text|give) me (the|your) location",
+        "where (are you guys|is your place)",
     ], [
         "where can i find you",
         "i need the address of <business>",
@@ -105,6 +108,9 @@ QUESTIONS: dict[str, tuple[list[str], list[str]]] = {
         "what's the best number to reach you",
         "(can|could) you give me your number",
         "(what|which) number do i (dial|call)",
+        "(is there|what's) a number i can (call|ring) (back|later)",
+        "(can|could) i get a (contact|call back|callback) number",
+        "i (need|want) (a|your) (contact number|number to reach you)",
     ], [
         "give me your phone number",
         "how can i reach you by phone",
@@ -170,28 +176,29 @@ QUESTIONS: dict[str, tuple[list[str], list[str]]] = {
         "(do you|what do you) (offer|have) (any|other) (services|treatments)",
         "what (can|do) you (guys|folks) do",
         "what's on your list of services",
+        "what sort of dental (work|care|treatment) (is done there|do you handle)",
+        "what (else|other things) (can you|do you) (do|help with)",
+        "(do you|can you) do (all kinds of|general) dental (work|stuff)",
+        "what are you (able|set up) to (treat|do)",
     ], [
         "which services are available",
         "what treatments can i get",
         "tell me what services you have",
     ]),
+    # how booking works; requests to book ("i'd like to book a cleaning") are the booking
+    # flow of engine/train/dialogues.py (slot filling and tool calls)
     "booking": ([
-        "i'd like to (book|make|schedule) (an appointment|a visit)",
-        "(can|could) i (book|make|schedule) an appointment",
         "how (do|can) i (book|make) an appointment",
-        "i (want|need) to (book|schedule) [an appointment|a visit]",
-        "(can|could) you book me in",
-        "i need an appointment",
         "how do i schedule a visit",
-        "(are there|do you have) any (appointments|openings) (available|free)",
-        "(i'd|i would) like to (set up|get) an appointment",
-        "(can|could) i (get|grab) (an appointment|a slot|a spot)",
-        "(put me|sign me) (down|up) for (an appointment|a visit)",
-        "(when|how) can i come in for (a visit|an appointment)",
+        "(can|could) i book online",
+        "(is there|do you have) (a website|an online form) (to|for) (book|booking)",
+        "what's the (best|easiest) way to (book|get) an appointment",
+        "how does booking work",
+        "(do i|should i) (call|phone) to (book|make an appointment)",
+        "how (do|would) i (set up|arrange) (an appointment|a visit)",
     ], [
-        "book me an appointment please",
-        "i'd like to come in for an appointment",
         "what's the way to make an appointment",
+        "can appointments be made on the internet",
     ]),
     # ----------------------------------------------------------------- small talk
     "greeting": ([
@@ -308,6 +315,9 @@ QUESTIONS: dict[str, tuple[list[str], list[str]]] = {
         "(how|what) do i (cook|make) (pasta|rice|pancakes)",
         "(set|start) a timer",
         "(do you|can you) (speak|talk) (spanish|french)",
+        "(do you|can you) fix (cars|phones|laptops)",
+        "(i need|looking for) a (plumber|lawyer|taxi|vet)",
+        "(what's|how's) traffic (like|on the highway)",
         "what's the (stock market|score) (doing|today)",
         "where can i buy (shoes|groceries)",
     ], [

@@ -28,7 +28,7 @@ from engine.config import ModelConfig
 from engine.loader import save_checkpoint
 from engine.model import DiffusionLM
 from engine.tokenizer import ChatTokenizer
-from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, train_tokenizer
+from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, extend_tokenizer, train_tokenizer
 from engine.train.data import DataGenerator
 from engine.train.facts import DEFAULT_FACTS_PATH, load_facts
 from engine.train.objective import build_batch, masked_loss
@@ -39,14 +39,14 @@ class TrainConfig:
     out: str
     facts: str = str(DEFAULT_FACTS_PATH)
     seed: int = 0
-    max_steps: int = 3000
+    max_steps: int = 3500
     time_budget_s: float | None = None
     stop_at_step: int | None = None
     batch_size: int = 32
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 100
-    weight_decay: float = 0.01
+    weight_decay: float = 0.1
     grad_clip: float = 1.0
     vocab_size: int = 2048
     tokenizer_samples: int = 20000
@@ -57,7 +57,9 @@ class TrainConfig:
     head_dim: int = 64
     intermediate_size: int = 768
     block_size: int = 8
-    use_chitchat: bool = False
+    init_from: str | None = None
+    use_chitchat: bool = True
+    asr_cache: str = "auto"
     save_every_s: float = 300.0
     threads: int = 2
     export_dtype: str = "float32"
@@ -87,6 +89,11 @@ class TrainConfig:
         if self.export_dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"export_dtype must be float32/float16/bfloat16, "
                              f"got {self.export_dtype!r}")
+        if self.init_from is not None and not (Path(self.init_from) / "config.json").is_file():
+            raise ValueError(f"init_from must be a checkpoint directory, got {self.init_from!r}")
+        if self.asr_cache not in ("auto", "none") and not Path(self.asr_cache).is_file():
+            raise ValueError(f"asr_cache must be 'auto', 'none' or an existing JSONL file, "
+                             f"got {self.asr_cache!r}")
         if self.vocab_size < 300:
             raise ValueError(f"vocab_size must be >= 300, got {self.vocab_size}")
 
@@ -104,15 +111,32 @@ def lr_factor(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
 
 
 def _tokenizer(cfg: TrainConfig, gen: DataGenerator, out: Path) -> ChatTokenizer:
-    if not (cfg.resume and (out / "tokenizer.json").is_file()):
+    if cfg.init_from and not (cfg.resume and (out / "tokenizer.json").is_file()):
+        extend_tokenizer(cfg.init_from, out)  # keep its ids so its embeddings stay meaningful
+    elif not (cfg.resume and (out / "tokenizer.json").is_file()):
         rng = random.Random(f"{cfg.seed}-tokenizer")
         texts = []
         for _ in range(cfg.tokenizer_samples):
             ex = gen.sample_train(rng)
-            texts += [" " + ex.question.lower().strip(), ex.answer]
+            texts += [" " + m["content"].lower().strip() if m["role"] == "user" else
+                      " " + m["content"] if m["role"] == "tool" else (m["content"] or "")
+                      for m in ex.messages()] + [ex.answer]
         texts += gen.all_answers()
         train_tokenizer(texts, out, vocab_size=cfg.vocab_size)
     return ChatTokenizer.from_dir(out)
+
+
+def _asr_records(cfg: TrainConfig, facts) -> list[dict]:
+    """The committed ASR transcripts (engine/train/asr_train.jsonl) were recognised from questions
+    about the default business; "auto" uses them only for a fact sheet with that business name."""
+    from engine.train.asr_augment import TRAIN_CACHE, load_cache
+    from engine.train.facts import load_facts as _load
+
+    if cfg.asr_cache == "none":
+        return []
+    if cfg.asr_cache == "auto":
+        return load_cache(TRAIN_CACHE) if facts.name == _load().name else []
+    return load_cache(cfg.asr_cache)
 
 
 def model_config(cfg: TrainConfig, tok: ChatTokenizer) -> ModelConfig:
@@ -135,12 +159,15 @@ class BatchMaker:
         self._prompt_cache: dict[str, list[int]] = {}
         self._answer_cache: dict[str, list[int]] = {}
 
-    def encode(self, question: str, answer: str) -> tuple[list[int], list[int]]:
-        prompt = self._prompt_cache.get(question)
+    def encode(self, example) -> tuple[list[int], list[int]]:
+        """An Example -> (prompt ids through the chat template, reply ids + EOS)."""
+        answer = example.answer
+        single = not example.history and not example.after
+        prompt = self._prompt_cache.get(example.question) if single else None
         if prompt is None:
-            prompt = self.tok.encode_chat([{"role": "user", "content": question}])
-            if len(self._prompt_cache) < 200_000:
-                self._prompt_cache[question] = prompt
+            prompt = self.tok.encode_chat(example.messages())
+            if single and len(self._prompt_cache) < 200_000:
+                self._prompt_cache[example.question] = prompt
         reply = self._answer_cache.get(answer)
         if reply is None:
             reply = self._answer_cache[answer] = self.tok.encode(answer) + [self.eos_id]
@@ -148,7 +175,7 @@ class BatchMaker:
 
     def __call__(self, step: int, batch_size: int | None = None):
         rng = random.Random(f"{self.cfg.seed}-{step}")
-        pairs = [self.encode(e.question, e.answer) for e in
+        pairs = [self.encode(e) for e in
                  (self.gen.sample_train(rng) for _ in range(batch_size or self.cfg.batch_size))]
         generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
         return build_batch([p for p, _ in pairs], [r for _, r in pairs], self.mcfg.block_size,
@@ -160,13 +187,36 @@ def setup(cfg: TrainConfig):
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     facts = load_facts(cfg.facts)
-    gen = DataGenerator(facts, use_chitchat=cfg.use_chitchat)
+    gen = DataGenerator(facts, use_chitchat=cfg.use_chitchat, asr_cache=_asr_records(cfg, facts))
     tok = _tokenizer(cfg, gen, out)
     mcfg = model_config(cfg, tok)
     torch.manual_seed(cfg.seed)
     model = DiffusionLM(mcfg)
     model.init_weights(std=0.02, generator=torch.Generator().manual_seed(cfg.seed))
+    if cfg.init_from:
+        warm_start(model, cfg.init_from)
     return gen, tok, mcfg, model
+
+
+def warm_start(model: DiffusionLM, path: str) -> None:
+    """Copy every weight of the checkpoint at `path` into `model`; a grown vocabulary keeps the
+    old rows (same ids: extend_tokenizer) and its new rows start at the mean old embedding."""
+    from engine.loader import load_checkpoint
+
+    old = load_checkpoint(path, dtype="float32", device="cpu").model.state_dict()
+    with torch.no_grad():
+        for name, param in model.state_dict().items():
+            src = old.get(name)
+            if src is None:
+                raise ValueError(f"init_from {path}: no tensor {name!r} (different architecture)")
+            if src.shape == param.shape:
+                param.copy_(src)
+            elif src.shape[1:] == param.shape[1:] and src.shape[0] < param.shape[0]:
+                param[: src.shape[0]] = src
+                param[src.shape[0]:] = src.mean(0)
+            else:
+                raise ValueError(f"init_from {path}: {name} has shape {tuple(src.shape)}, "
+                                 f"the model {tuple(param.shape)}")
 
 
 def export(model: DiffusionLM, cfg: TrainConfig, out: Path) -> None:

@@ -191,6 +191,21 @@ def _sse(payload: dict[str, Any] | str) -> str:
     return f"data: {data}\n\n"
 
 
+def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
+    """'system=1,history=2' when the model's chat template leaves messages out (logged), else ''.
+    The shipped receptionist renders one previous exchange and no system prompt."""
+    dropped_fn = getattr(getattr(engine, "tokenizer", None), "dropped", None)
+    try:
+        dropped = dropped_fn(list(messages)) if dropped_fn else {}
+    except Exception:  # a template that cannot render fails the request in engine.generate
+        return ""
+    text = ",".join(f"{k}={v}" for k, v in sorted(dropped.items()))
+    if text:
+        log.warning("%s: the model's chat template ignores %s message(s) (%s); see "
+                    "docs/openai-api.md", request_id, sum(dropped.values()), text)
+    return text
+
+
 def make_router(state: Any) -> APIRouter:
     """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
     registry = getattr(getattr(state, "metrics", None), "registry", None)
@@ -235,6 +250,7 @@ def make_router(state: Any) -> APIRouter:
         created = int(time.time())
         deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id,
                                  chat_template_kwargs=chat.chat_template_kwargs)
+        dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created)
         try:
@@ -257,7 +273,7 @@ def make_router(state: Any) -> APIRouter:
             "choices": [{"index": 0, "message": message,
                          "logprobs": None, "finish_reason": finish_reason}],
             "usage": _usage(last),
-        })
+        }, headers={"x-diffvoice-dropped": dropped} if dropped else None)
 
     async def _collect(deltas: AsyncIterator[Any]) -> tuple[str, Any]:
         parts, last = [], None

@@ -61,13 +61,16 @@ def test_eval_model_cli_reports_every_setting(tmp_path, capsys):
     add_eval_arguments(parser)
     out = tmp_path / "eval.json"
     args = parser.parse_args(["--limit", "4", "--settings", "low_confidence:2", "threshold:0.9",
-                              "--no-chitchat", "--out", str(out)])
+                              "--no-chitchat", "--dialogues", "8", "--out", str(out)])
     assert run_eval(args) == 0
     table = capsys.readouterr().out
-    assert "| low_confidence:2 |" in table and "| threshold:0.9 |" in table
+    assert "| low_confidence:2 | template |" in table and "| threshold:0.9 | independent |" in table
     report = json.loads(out.read_text())
     for res in report["settings"].values():
-        assert res["summary"]["n"] == 4 and res["summary"]["latency_mean_s"] > 0
+        assert {"template", "dialogue", "independent", "all"} <= set(res)
+        s = res["template"]["summary"]
+        assert s["n"] == 4 and s["latency_mean_s"] > 0 and 0 <= s["well_formed_rate"] <= 1
+        assert res["dialogue"]["summary"]["n"] == 4
     bad = parser.parse_args(["--settings", "nonsense:3", "--limit", "1"])
     assert run_eval(bad) == 2
     assert "nonsense:3" in capsys.readouterr().err

@@ -50,7 +50,8 @@ def test_every_intent_has_an_answer_stating_its_facts(gen):
         assert ex.question.strip() and ex.answer.strip()
         assert all(normalize(f) in normalize(ex.answer) for f in ex.facts), ex
     expected = set(QUESTIONS) | {f"faq:{item.id}" for item in gen.facts.faq}
-    assert seen == expected
+    assert expected <= seen  # plus the booking / tool / follow-up intents of dialogues.py
+    assert {"book", "availability", "cancel"} <= seen
     sunday = gen.answer("hours_day", "sunday")
     assert "closed" in sunday[0]
     week, facts = gen.answer("hours_week")

@@ -29,12 +29,15 @@ def test_text_round_trips_through_byte_level_bpe(tok_dir):
     assert tok.special["eos_token"] == EOS_TOKEN
 
 
-def test_chat_template_keeps_latest_user_turn_lowercased(tok_dir):
+def test_chat_template_keeps_the_previous_exchange_lowercases_users_drops_system(tok_dir):
     tok = ChatTokenizer.from_dir(tok_dir)
     messages = [{"role": "system", "content": "You are a pirate."},
                 {"role": "user", "content": "Hello"},
                 {"role": "assistant", "content": "Hi, how can I help?"},
                 {"role": "user", "content": "  What time do you OPEN on Friday?  "}]
+    assert tok.render(messages) == ("<|user|> hello<|end|><|assistant|>Hi, how can I help?<|end|>"
+                                    "<|user|> what time do you open on friday?<|end|><|assistant|>")
+    messages = messages[:1] + messages[3:]
     prompt = tok.render(messages, add_generation_prompt=True)
     assert prompt == "<|user|> what time do you open on friday?<|end|><|assistant|>"
     assert tok.render(messages, add_generation_prompt=False).endswith("<|end|>")
@@ -43,7 +46,7 @@ def test_chat_template_keeps_latest_user_turn_lowercased(tok_dir):
                                                                 tok.token_id("<|assistant|>")]
     assert tok.tokenizer.decode(ids, skip_special_tokens=False) == prompt
     assert tok.decode(ids) == " what time do you open on friday?"
-    assert tok.render([{"role": "system", "content": "x"}]) == "<|user|> <|end|><|assistant|>"
+    assert tok.render([{"role": "system", "content": "x"}]) == "<|assistant|>"
 
 
 def test_transformers_reads_the_same_files(tok_dir):

