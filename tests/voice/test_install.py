@@ -64,7 +64,8 @@ def _site_dirs() -> list[Path]:
     dirs = []
     for entry in sys.path:
         path = Path(entry or ".").resolve()
-        inside_repo = path == REPO or REPO in path.parents
+        # the checkout's own folders, but not a venv that lives inside it (make test's .venv)
+        inside_repo = path == REPO or (REPO in path.parents and "site-packages" not in path.parts)
         if path.is_dir() and not inside_repo and next(path.glob("*.dist-info"), None):
             dirs.append(path)
     return dirs

@@ -113,6 +113,11 @@ async def _dialogue(live, speech, db, name: str, max_turns: int = 4) -> list[str
     return turns
 
 
+# Known failure, kept running so it shows when fixed (issue 15 is open for it): with the shipped
+# v2 model, pocketsphinx hears "can i book a cleaning on friday at 10 am" as e.g. "are you book
+# a real do i knocked do you", and the model misfills day/time (booking accuracy 9.7% in its
+# model card). Not strict: a lucky pass must not break the build.
+@pytest.mark.xfail(reason="spoken booking with the shipped model does not book yet (issue 15)")
 async def test_spoken_booking_then_the_same_slot_is_offered_another_time(server, speech):
     from engine.train.tool_schemas import spoken_time
 
