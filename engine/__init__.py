@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from engine.assets import default_model_dir
+from diffvoice.engine.assets import default_model_dir
 
 if TYPE_CHECKING:
-    from engine.engine import Delta, Engine
-    from engine.params import EngineConfig, SamplingParams
-    from engine.scheduler import DraftRefused, EngineOverloaded
+    from diffvoice.engine.engine import Delta, Engine
+    from diffvoice.engine.params import EngineConfig, SamplingParams
+    from diffvoice.engine.scheduler import DraftRefused, EngineOverloaded
 
 DEFAULT_MODEL_DIR = default_model_dir()  # see engine/assets.py: source checkout or wheel data
 

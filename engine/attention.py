@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.block_attention import visibility_mask
-from kernels.dispatch import resolve_backend
-from kernels.ops import block_attention
+from diffvoice.kernels.block_attention import visibility_mask
+from diffvoice.kernels.dispatch import resolve_backend
+from diffvoice.kernels.ops import block_attention
 
 
 def uses_mask(device: torch.device) -> bool:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
+from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

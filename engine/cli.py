@@ -13,17 +13,17 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str, str, str]] = {
     # name: (module, add-arguments function, run function, help)
-    "serve": ("voice.cli_serve", "add_arguments", "run",
+    "serve": ("diffvoice.voice.cli_serve", "add_arguments", "run",
               "serve the voice agent: browser demo, Twilio webhooks, OpenAI-compatible API"),
-    "chat": ("engine.chat_cli", "add_chat_arguments", "run_chat",
+    "chat": ("diffvoice.engine.chat_cli", "add_chat_arguments", "run_chat",
              "chat with a model in the terminal (prints first-block latency and tok/s)"),
-    "generate": ("engine.chat_cli", "add_generate_arguments", "run_generate",
+    "generate": ("diffvoice.engine.chat_cli", "add_generate_arguments", "run_generate",
                  "answer one prompt and exit"),
-    "bench": ("latency_bench.cli", "add_arguments", "run",
+    "bench": ("diffvoice.latency_bench.cli", "add_arguments", "run",
               "latency benchmarks: `bench voice`, `bench engine`, `bench render`"),
-    "train": ("engine.train.cli_train", "add_arguments", "run",
+    "train": ("diffvoice.engine.train.cli_train", "add_arguments", "run",
               "train the receptionist model for your own business from a fact sheet"),
-    "eval-model": ("engine.train.cli", "add_eval_arguments", "run_eval",
+    "eval-model": ("diffvoice.engine.train.cli", "add_eval_arguments", "run_eval",
                    "fact accuracy, EOS rate and latency of a trained receptionist model"),
 }
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from engine.hf_export import family_fields
-from engine.hf_fields import ROPE_TYPES, check_fields, llada_value, rope_scaling_of
+from diffvoice.engine.hf_export import family_fields
+from diffvoice.engine.hf_fields import ROPE_TYPES, check_fields, llada_value, rope_scaling_of
 
 FAMILIES = {
     # family: (layout, block_causal, logit_shift)

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.config import ModelConfig
-from engine.params import SamplingParams
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.params import SamplingParams
 
 
 @dataclass(frozen=True)

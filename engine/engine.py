@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from engine.constrained import build_plan
-from engine.decoding import resolve
-from engine.loader import LoadedModel, load_checkpoint
-from engine.params import EngineConfig, SamplingParams
-from engine.runner import ModelRunner
-from engine.scheduler import Committed, DraftRefused, EngineOverloaded, Scheduler
-from engine.sequence import Sequence
-from engine.tokenizer import Detokenizer
+from diffvoice.engine.constrained import build_plan
+from diffvoice.engine.decoding import resolve
+from diffvoice.engine.loader import LoadedModel, load_checkpoint
+from diffvoice.engine.params import EngineConfig, SamplingParams
+from diffvoice.engine.runner import ModelRunner
+from diffvoice.engine.scheduler import Committed, DraftRefused, EngineOverloaded, Scheduler
+from diffvoice.engine.sequence import Sequence
+from diffvoice.engine.tokenizer import Detokenizer
 
 log = logging.getLogger("diffvoice.engine")
 

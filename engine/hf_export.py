@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.config import ModelConfig
+    from diffvoice.engine.config import ModelConfig
 
 _AUTO_MAP = {
     "sdar": {"AutoConfig": "configuration_sdar.SDARConfig",

@@ -19,9 +19,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.config import ModelConfig
-from engine.model import DiffusionLM
-from engine.tokenizer import ChatTokenizer
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.model import DiffusionLM
+from diffvoice.engine.tokenizer import ChatTokenizer
 
 log = logging.getLogger("diffvoice.loader")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import attend, attention_mask, uses_mask
-from engine.config import ModelConfig
-from engine.rope import inv_freq as rope_inv_freq
+from diffvoice.engine.attention import attend, attention_mask, uses_mask
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.rope import inv_freq as rope_inv_freq
 
 
 class RMSNorm(nn.Module):

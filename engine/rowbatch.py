@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.policies import POLICY_IDS
-from engine.sequence import Sequence
+from diffvoice.engine.policies import POLICY_IDS
+from diffvoice.engine.sequence import Sequence
 
 INT_COLS = ("slot", "q_start", "q_end", "first", "visible", "writes", "d_start", "d_end",
             "prompt_len", "gen_end", "steps_left", "policy", "stop", "eos_fill", "final",

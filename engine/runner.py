@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.constrained.hook import after_pass, constrain_pass
-from engine.cuda_graphs import StaticForward
-from engine.loader import LoadedModel
-from engine.params import EngineConfig
-from engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
-from engine.rowbatch import FLOAT as FC
-from engine.rowbatch import INT as IC
-from engine.rowbatch import pack
-from engine.sampling import predict
-from engine.sequence import Sequence
+from diffvoice.engine.constrained.hook import after_pass, constrain_pass
+from diffvoice.engine.cuda_graphs import StaticForward
+from diffvoice.engine.loader import LoadedModel
+from diffvoice.engine.params import EngineConfig
+from diffvoice.engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
+from diffvoice.engine.rowbatch import FLOAT as FC
+from diffvoice.engine.rowbatch import INT as IC
+from diffvoice.engine.rowbatch import pack
+from diffvoice.engine.sampling import predict
+from diffvoice.engine.sequence import Sequence
 
 
 @dataclass

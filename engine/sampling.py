@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels.ops import unmask_confidence as _fused  # Triton on CUDA, its reference elsewhere
+from diffvoice.kernels.ops import (
+    unmask_confidence as _fused,  # Triton on CUDA, its reference elsewhere
+)
 
 
 def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],

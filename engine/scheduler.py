@@ -19,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from engine.sequence import Sequence, Status
+from diffvoice.engine.sequence import Sequence, Status
 
 
 class EngineOverloaded(RuntimeError):

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-from engine.decoding import FAST, DecodeRules, sdar_schedule
-from engine.params import SamplingParams
-from engine.policies.reference import dream_factor
+from diffvoice.engine.decoding import FAST, DecodeRules, sdar_schedule
+from diffvoice.engine.params import SamplingParams
+from diffvoice.engine.policies.reference import dream_factor
 
 
 class Status(Enum):

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from engine.config import ModelConfig
-from engine.loader import save_checkpoint
-from engine.model import DiffusionLM
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.loader import save_checkpoint
+from diffvoice.engine.model import DiffusionLM
 
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"

@@ -16,7 +16,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from engine.bpe_files import tokenizer_from_bpe_files
+from diffvoice.engine.bpe_files import tokenizer_from_bpe_files
 
 MASK_TOKEN_CANDIDATES = ("<|mask|>", "<|mdm_mask|>", "|<MASK>|", "<MASK>", "[MASK]", "<mask>")
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import ModelConfig
-from engine.decoding import resolve
-from engine.model import DiffusionLM
-from engine.params import SamplingParams
-from engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
-from engine.sampling import predict
-from engine.sequence import Sequence
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.decoding import resolve
+from diffvoice.engine.model import DiffusionLM
+from diffvoice.engine.params import SamplingParams
+from diffvoice.engine.policies import NEEDS_ENTROPY, POLICY_IDS, PolicyKnobs, commit_mixed
+from diffvoice.engine.sampling import predict
+from diffvoice.engine.sequence import Sequence
 
 
 @torch.inference_mode()

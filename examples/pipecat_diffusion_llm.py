@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _pipeline, besid
 
 from _pipeline import ask  # noqa: E402
 
-from engine import DEFAULT_MODEL_DIR, Engine, EngineConfig  # noqa: E402
-from voice.llm_service import DiffusionLLMService  # noqa: E402
+from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig  # noqa: E402
+from diffvoice.voice.llm_service import DiffusionLLMService  # noqa: E402
 
 SYSTEM = "You are a friendly phone receptionist. Answer in one or two short sentences."
 

@@ -1,7 +1,7 @@
 """GPU check-and-time script for kernels/, then the engine benchmark.
 
-    python -m kernels.bench --out DIR            # on a CUDA machine; ~1 min + the engine bench
-    python -m kernels.bench --out DIR --dry-run  # CPU, Triton interpreter, tiny shapes: a smoke run
+    python -m diffvoice.kernels.bench --out DIR            # CUDA machine; ~1 min + engine bench
+    python -m diffvoice.kernels.bench --out DIR --dry-run  # CPU, Triton interpreter, tiny shapes
 
 For every kernel and realistic size (vocabulary 151936; blocks of 16/32; batch 1 and 32;
 Qwen2.5-1.5B attention: 12 query heads, 2 kv heads, head_dim 128, prefix 512/2048; hidden 1536)
@@ -82,7 +82,7 @@ def nbytes(*tensors) -> int:
 
 
 def bench_unmask(sizes, device):
-    from kernels.unmask_confidence import unmask_confidence, unmask_confidence_ref
+    from diffvoice.kernels.unmask_confidence import unmask_confidence, unmask_confidence_ref
 
     for batch in sizes.batches:
         for length in sizes.blocks:
@@ -109,7 +109,7 @@ def bench_unmask(sizes, device):
 
 
 def bench_attention(sizes, device):
-    from kernels.block_attention import block_attention, block_attention_ref
+    from diffvoice.kernels.block_attention import block_attention, block_attention_ref
 
     hq, hkv, dim = sizes.q_heads, sizes.kv_heads, sizes.head_dim
     for batch in sizes.batches:
@@ -140,7 +140,7 @@ def bench_attention(sizes, device):
 
 
 def bench_rmsnorm(sizes, device):
-    from kernels.rmsnorm import rmsnorm, rmsnorm_ref
+    from diffvoice.kernels.rmsnorm import rmsnorm, rmsnorm_ref
 
     for batch in sizes.batches:
         for length in sizes.blocks:
@@ -159,7 +159,7 @@ def bench_rmsnorm(sizes, device):
 
 
 def bench_rotary(sizes, device):
-    from kernels.rotary import rotary, rotary_ref
+    from diffvoice.kernels.rotary import rotary, rotary_ref
 
     dim = sizes.head_dim
     inv_freq = 1e6 ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
@@ -208,7 +208,7 @@ def run_kernel_benches(sizes: Sizes, device: str, copy_gbps: float) -> list[dict
 def engine_bench_command(out_dir: Path) -> list[str]:
     exe = shutil.which("diffvoice") or str(Path(sys.executable).with_name("diffvoice"))
     if not Path(exe).exists():
-        exe_cmd = [sys.executable, "-c", "import sys; from engine.cli import main; "
+        exe_cmd = [sys.executable, "-c", "import sys; from diffvoice.engine.cli import main; "
                                          "sys.argv[0] = 'diffvoice'; sys.exit(main())"]
     else:
         exe_cmd = [exe]
@@ -264,7 +264,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.bench",
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.kernels.bench",
                                      description="Check and time kernels/ on a GPU.")
     parser.add_argument("--out", type=Path, required=True,
                         help="directory for kernels.json, kernels.md and engine.json")
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import triton
 
-    from kernels._triton import can_interpret
+    from diffvoice.kernels._triton import can_interpret
 
     if device == "cpu" and not can_interpret():
         print("kernels.bench: --dry-run needs triton imported after TRITON_INTERPRET=1",
@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         run_engine_bench(args.out, args.engine_timeout_s, dry_run=args.dry_run)
     print(f"engine bench: {engine['status']}", flush=True)
     report = dict(
-        command="python -m kernels.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        command="python -m diffvoice.kernels.bench "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         device=torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)",
         torch=torch.__version__, triton=triton.__version__, dry_run=args.dry_run,
         timer="median of triton.testing.do_bench (L2 flushed before each run)"

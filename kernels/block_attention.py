@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from kernels._triton import num_sms, tl, triton
+from diffvoice.kernels._triton import num_sms, tl, triton
 
 _LOG2E = 1.4426950408889634
 

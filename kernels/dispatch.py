@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from kernels._triton import HAS_TRITON, TRITON_IMPORT_ERROR, can_interpret
+from diffvoice.kernels._triton import HAS_TRITON, TRITON_IMPORT_ERROR, can_interpret
 
 BACKENDS = ("auto", "triton", "torch")
 ENV_VAR = "DIFFVOICE_KERNELS"

@@ -9,15 +9,15 @@ wrappers allocate their outputs; under capture that memory comes from the graph'
 
 from __future__ import annotations
 
-from kernels.block_attention import block_attention as _block_attention_triton
-from kernels.block_attention import block_attention_ref
-from kernels.dispatch import resolve_backend
-from kernels.rmsnorm import rmsnorm as _rmsnorm_triton
-from kernels.rmsnorm import rmsnorm_ref
-from kernels.rotary import rotary as _rotary_triton
-from kernels.rotary import rotary_ref
-from kernels.unmask_confidence import unmask_confidence as _unmask_confidence_triton
-from kernels.unmask_confidence import unmask_confidence_ref
+from diffvoice.kernels.block_attention import block_attention as _block_attention_triton
+from diffvoice.kernels.block_attention import block_attention_ref
+from diffvoice.kernels.dispatch import resolve_backend
+from diffvoice.kernels.rmsnorm import rmsnorm as _rmsnorm_triton
+from diffvoice.kernels.rmsnorm import rmsnorm_ref
+from diffvoice.kernels.rotary import rotary as _rotary_triton
+from diffvoice.kernels.rotary import rotary_ref
+from diffvoice.kernels.unmask_confidence import unmask_confidence as _unmask_confidence_triton
+from diffvoice.kernels.unmask_confidence import unmask_confidence_ref
 
 __all__ = ["block_attention", "rmsnorm", "rotary", "unmask_confidence"]
 

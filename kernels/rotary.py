@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import tl, triton
+from diffvoice.kernels._triton import tl, triton
 
 
 @triton.jit

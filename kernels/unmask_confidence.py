@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import num_sms, tl, triton
+from diffvoice.kernels._triton import num_sms, tl, triton
 
 _MAX_BLOCK_V = 4096
 

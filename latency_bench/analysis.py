@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from latency_bench.report import PERCENTILE_MIN_SAMPLES
-from latency_bench.stats import percentile, summarize
+from diffvoice.latency_bench.report import PERCENTILE_MIN_SAMPLES
+from diffvoice.latency_bench.stats import percentile, summarize
 
 COMPONENTS: tuple[str, ...] = ("endpointing_ms", "asr_ms", "llm_ttft_ms", "tts_first_audio_ms")
 TOTAL = "voice_to_voice_ms"

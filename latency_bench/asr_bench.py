@@ -1,7 +1,7 @@
 """ASR benchmark: per-utterance final-transcript latency and WER of the streaming recognisers,
 on espeak-ng receptionist questions in several voices, through the real pipecat wiring.
 
-    python -m latency_bench.asr_bench --out docs/latency/asr-cpu.json \
+    python -m diffvoice.latency_bench.asr_bench --out docs/latency/asr-cpu.json \
         [--asr pocketsphinx,whisper-tiny.en] [--voices en-us:150,en-gb-x-rp:175,en-us+f3:135] \
         [--stop-secs 0.5] [--sentences docs/latency/asr-sentences.txt] [--limit N] [--merge]
 
@@ -82,8 +82,8 @@ async def run_utterance(
     )
     from pipecat.workers.runner import WorkerRunner
 
-    from voice.frame_tap import FrameTap
-    from voice.pipeline import _turn_strategies
+    from diffvoice.voice.frame_tap import FrameTap
+    from diffvoice.voice.pipeline import _turn_strategies
 
     events: list[tuple[float, str, str]] = []
 
@@ -196,8 +196,8 @@ def summarize(records: list[dict]) -> dict:
 
 
 async def bench(args) -> dict:
-    from latency_bench.corpus import synthesize_corpus
-    from voice.asr.resolve import resolve_asr
+    from diffvoice.latency_bench.corpus import synthesize_corpus
+    from diffvoice.voice.asr.resolve import resolve_asr
 
     texts = args.texts
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "diffvoice" / "asr"
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results = asyncio.run(bench(args))
     run = {
-        "command": "python -m latency_bench.asr_bench " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m diffvoice.latency_bench.asr_bench " + " ".join(argv or sys.argv[1:]),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
         "load_avg_before": load_before,
         "load_avg_after": os.getloadavg(),

@@ -33,13 +33,13 @@ import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from latency_bench.config import BenchConfig
-from latency_bench.corpus import SAMPLE_RATE, Prompt
-from latency_bench.pacer import Pacer
-from latency_bench.playout import Playout
-from latency_bench.source_addr import connect_kwargs
-from latency_bench.turns import TurnResult
-from voice.transport import protocol
+from diffvoice.latency_bench.config import BenchConfig
+from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
+from diffvoice.latency_bench.pacer import Pacer
+from diffvoice.latency_bench.playout import Playout
+from diffvoice.latency_bench.source_addr import connect_kwargs
+from diffvoice.latency_bench.turns import TurnResult
+from diffvoice.voice.transport import protocol
 
 FRAME_SAMPLES = SAMPLE_RATE // 50          # 20 ms
 SILENCE = bytes(2 * FRAME_SAMPLES)

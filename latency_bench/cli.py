@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from latency_bench.config import CORPORA, PROTOCOLS, BenchConfig
+from diffvoice.latency_bench.config import CORPORA, PROTOCOLS, BenchConfig
 
 _HELP = {
     "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
@@ -118,12 +118,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine = sub.add_parser("engine", help="diffusion engine latency/throughput (same report "
                                            "format)")
     try:
-        from latency_bench import engine_bench
+        from diffvoice.latency_bench import engine_bench
     except ImportError:
         engine.set_defaults(engine_missing=True)
     else:
         engine_bench.add_arguments(engine)
-    from latency_bench.reliability import cli as reliability_cli
+    from diffvoice.latency_bench.reliability import cli as reliability_cli
 
     reliability_cli.add_arguments(sub.add_parser(
         "reliability", help="fuzz / isolation / soak / barge-in storm / admission / memory "
@@ -163,11 +163,11 @@ def _command_line() -> str | None:
 def _run_voice(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from latency_bench.corpus import CorpusError, corpus_for, load_audio_dir
-    from latency_bench.load import make_report, run_sweep, total_turns
-    from latency_bench.markdown import sweep_table
-    from latency_bench.outputs import write_outputs
-    from latency_bench.server_proc import LocalServer, ServerStartError
+    from diffvoice.latency_bench.corpus import CorpusError, corpus_for, load_audio_dir
+    from diffvoice.latency_bench.load import make_report, run_sweep, total_turns
+    from diffvoice.latency_bench.markdown import sweep_table
+    from diffvoice.latency_bench.outputs import write_outputs
+    from diffvoice.latency_bench.server_proc import LocalServer, ServerStartError
 
     names = [f.name for f in dataclasses.fields(BenchConfig)]
     try:
@@ -186,7 +186,7 @@ def _run_voice(args: argparse.Namespace) -> int:
         return 2
 
     if config.matrix is not None:
-        from latency_bench.matrix import run_matrix
+        from diffvoice.latency_bench.matrix import run_matrix
 
         return run_matrix(config, prompts, corpus, notes, _command_line())
 
@@ -233,8 +233,8 @@ def _run_voice(args: argparse.Namespace) -> int:
 
 
 def _run_render(args: argparse.Namespace) -> int:
-    from latency_bench.outputs import write_outputs
-    from latency_bench.report import load_report
+    from diffvoice.latency_bench.outputs import write_outputs
+    from diffvoice.latency_bench.report import load_report
 
     try:
         report = load_report(args.report)
@@ -254,12 +254,12 @@ def run(args: argparse.Namespace) -> int:
     if args.bench_command == "render":
         return _run_render(args)
     if args.bench_command == "reliability":
-        from latency_bench.reliability import cli as reliability_cli
+        from diffvoice.latency_bench.reliability import cli as reliability_cli
 
         return reliability_cli.run(args)
     if getattr(args, "engine_missing", False):
         print("diffvoice bench engine: latency_bench.engine_bench is not installed",
               file=sys.stderr)
         return 2
-    from latency_bench import engine_bench
+    from diffvoice.latency_bench import engine_bench
     return engine_bench.run(args)

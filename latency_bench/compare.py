@@ -1,6 +1,7 @@
 """Side-by-side Markdown of several `diffvoice.latency/1` voice reports (same sweep, one table).
 
-    python -m latency_bench.compare single.json ray.json --labels "one process,Ray 2 replicas" \
+    python -m diffvoice.latency_bench.compare single.json ray.json \
+        --labels "one process,Ray 2 replicas" \
         --out docs/latency/ray-vs-single-cpu.md
 
 For each concurrency level present in every report: turns, errors + timeouts, and per stage
@@ -49,7 +50,8 @@ def render(reports: list[dict], labels: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m latency_bench.compare", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.latency_bench.compare",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reports", nargs="+", type=Path, help="report JSON files")
     parser.add_argument("--labels", required=True, help="comma-separated, one per report")

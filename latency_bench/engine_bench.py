@@ -29,15 +29,15 @@ from pathlib import Path
 
 import torch
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.config import ModelConfig
-from engine.decoding import resolve
-from engine.loader import LoadedModel, load_checkpoint
-from engine.model import DiffusionLM
-from engine.reference_loops import loop_for
-from engine.testing import CORPUS, make_tokenizer
-from engine.tokenizer import ChatTokenizer
-from engine.vanilla import reference_decode
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.decoding import resolve
+from diffvoice.engine.loader import LoadedModel, load_checkpoint
+from diffvoice.engine.model import DiffusionLM
+from diffvoice.engine.reference_loops import loop_for
+from diffvoice.engine.testing import CORPUS, make_tokenizer
+from diffvoice.engine.tokenizer import ChatTokenizer
+from diffvoice.engine.vanilla import reference_decode
 
 PRESETS = {
     # ~10M parameters, block-causal (SDAR layout), the CPU benchmark's default
@@ -215,10 +215,10 @@ def run_reference_loop(loaded: LoadedModel, engine: Engine, chats, params: Sampl
 
 
 def run(args: argparse.Namespace) -> int:
-    from latency_bench.machine import git_revision, machine_info, package_versions
-    from latency_bench.outputs import write_outputs
-    from latency_bench.report import SweepPoint, build_report
-    from latency_bench.stats import summarize
+    from diffvoice.latency_bench.machine import git_revision, machine_info, package_versions
+    from diffvoice.latency_bench.outputs import write_outputs
+    from diffvoice.latency_bench.report import SweepPoint, build_report
+    from diffvoice.latency_bench.stats import summarize
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))

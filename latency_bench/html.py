@@ -14,10 +14,10 @@ from typing import Any
 
 import jinja2
 
-from latency_bench.markdown import fmt_fraction, fmt_stat
-from latency_bench.quality import has_turns, sweep_quality
-from latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, stage_names
-from latency_bench.stats import SUMMARY_FIELDS
+from diffvoice.latency_bench.markdown import fmt_fraction, fmt_stat
+from diffvoice.latency_bench.quality import has_turns, sweep_quality
+from diffvoice.latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, stage_names
+from diffvoice.latency_bench.stats import SUMMARY_FIELDS
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

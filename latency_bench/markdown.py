@@ -16,10 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from latency_bench.matrix_table import matrix_lines, turn_stats_lines
-from latency_bench.quality import has_turns, sweep_quality
-from latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, enough_samples, stage_names
-from latency_bench.stats import SUMMARY_FIELDS
+from diffvoice.latency_bench.matrix_table import matrix_lines, turn_stats_lines
+from diffvoice.latency_bench.quality import has_turns, sweep_quality
+from diffvoice.latency_bench.report import (
+    SAMPLE_SIZE_RULE,
+    STAGE_DESCRIPTIONS,
+    enough_samples,
+    stage_names,
+)
+from diffvoice.latency_bench.stats import SUMMARY_FIELDS
 
 # config keys shown in the header, in this order, when present
 _HEADER_KEYS: tuple[tuple[str, str], ...] = (

@@ -22,9 +22,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from latency_bench.config import BenchConfig, parse_matrix
-from latency_bench.corpus import Prompt
-from latency_bench.matrix_table import goal_lines
+from diffvoice.latency_bench.config import BenchConfig, parse_matrix
+from diffvoice.latency_bench.corpus import Prompt
+from diffvoice.latency_bench.matrix_table import goal_lines
 
 Variant = dict[str, Any]
 
@@ -60,11 +60,11 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
                notes: str | None, command: str | None) -> int:
     from tqdm import tqdm
 
-    from latency_bench.cli import _server_health
-    from latency_bench.load import make_report, run_sweep, total_turns
-    from latency_bench.markdown import sweep_table
-    from latency_bench.outputs import write_outputs
-    from latency_bench.server_proc import LocalServer, ServerStartError
+    from diffvoice.latency_bench.cli import _server_health
+    from diffvoice.latency_bench.load import make_report, run_sweep, total_turns
+    from diffvoice.latency_bench.markdown import sweep_table
+    from diffvoice.latency_bench.outputs import write_outputs
+    from diffvoice.latency_bench.server_proc import LocalServer, ServerStartError
 
     if config.url is not None:
         print("diffvoice bench voice: --matrix starts its own servers; drop --url",

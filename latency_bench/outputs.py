@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from latency_bench.html import render_html
-from latency_bench.markdown import render_markdown
-from latency_bench.plots import cdf_png, concurrency_png
-from latency_bench.report import save_report, validate_report
+from diffvoice.latency_bench.html import render_html
+from diffvoice.latency_bench.markdown import render_markdown
+from diffvoice.latency_bench.plots import cdf_png, concurrency_png
+from diffvoice.latency_bench.report import save_report, validate_report
 
 
 def write_outputs(report: Mapping[str, Any], json_path: str | Path) -> dict[str, Path]:

@@ -20,8 +20,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from latency_bench.report import PERCENTILE_MIN_SAMPLES, enough_samples, stage_names
-from latency_bench.stats import ecdf
+from diffvoice.latency_bench.report import PERCENTILE_MIN_SAMPLES, enough_samples, stage_names
+from diffvoice.latency_bench.stats import ecdf
 
 _DPI = 110
 

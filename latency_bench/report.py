@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from latency_bench.stats import SUMMARY_FIELDS, summarize
+from diffvoice.latency_bench.stats import SUMMARY_FIELDS, summarize
 
 SCHEMA_ID = "diffvoice.latency/1"
 

@@ -1,7 +1,8 @@
 """Start `diffvoice serve` on a free loopback port for a benchmark run, and stop it after.
 
 Contract: `with LocalServer(extra_args, start_timeout_s, env) as server:` runs
-`python -c "from engine.cli import main; ..." serve --host 127.0.0.1 --port P <extra_args>` in
+`python -c "from diffvoice.engine.cli import main; ..." serve --host 127.0.0.1 --port P
+<extra_args>` in
 its own process (so server and load client do not share a GIL or an event loop), waits until
 GET /healthz answers 200, and exposes `server.base_url` ("http://127.0.0.1:P"),
 `server.ws_url(path)` and `server.log_path`. If the process exits or does not become healthy
@@ -23,7 +24,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-_LAUNCH = "import sys; from engine.cli import main; sys.exit(main())"
+_LAUNCH = "import sys; from diffvoice.engine.cli import main; sys.exit(main())"
 
 
 class ServerStartError(RuntimeError):

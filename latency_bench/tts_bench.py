@@ -1,6 +1,6 @@
 """TTS speed on this machine: first-audio latency and real-time factor, espeak-ng vs Kokoro.
 
-    python -m latency_bench.tts_bench [--tts espeak,kokoro] [--repeats 3] [--out F.json]
+    python -m diffvoice.latency_bench.tts_bench [--tts espeak,kokoro] [--repeats 3] [--out F.json]
 
 For each voice, a fixed 4-sentence receptionist reply is synthesized sentence by sentence the
 way the pipeline does it (pipecat's sentence aggregator hands the TTS one sentence at a time):
@@ -40,7 +40,7 @@ def _sentences(text: str) -> list[str]:
 
 
 def _espeak_run() -> dict:
-    from voice.tts.espeak import Espeak
+    from diffvoice.voice.tts.espeak import Espeak
 
     es = Espeak.shared()
     start = time.perf_counter()
@@ -56,7 +56,7 @@ def _espeak_run() -> dict:
 
 
 def _kokoro_run(voice: str, threads: int) -> dict:
-    from voice.tts.kokoro_model import shared_kokoro
+    from diffvoice.voice.tts.kokoro_model import shared_kokoro
 
     kokoro = shared_kokoro(threads)
 
@@ -80,12 +80,12 @@ def _kokoro_run(voice: str, threads: int) -> dict:
 def measure(kind: str, repeats: int, voice: str, threads: int) -> dict:
     load_start = time.perf_counter()
     if kind == "kokoro":
-        from voice.tts.kokoro_model import shared_kokoro
+        from diffvoice.voice.tts.kokoro_model import shared_kokoro
 
         shared_kokoro(threads)
         run = lambda: _kokoro_run(voice, threads)  # noqa: E731
     else:
-        from voice.tts.espeak import Espeak
+        from diffvoice.voice.tts.espeak import Espeak
 
         Espeak.shared()
         run = _espeak_run
@@ -100,7 +100,7 @@ def measure(kind: str, repeats: int, voice: str, threads: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m latency_bench.tts_bench",
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.latency_bench.tts_bench",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--tts", default="espeak,kokoro", help="comma-separated: espeak, kokoro")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per voice")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeats must be >= 1")
     results = [measure(kind.strip(), args.repeats, args.voice, args.threads)
                for kind in args.tts.split(",") if kind.strip()]
-    report = {"command": "python -m latency_bench.tts_bench " + " ".join(
+    report = {"command": "python -m diffvoice.latency_bench.tts_bench " + " ".join(
                   sys.argv[1:] if argv is None else argv),
               "reply": REPLY, "cpus": os.cpu_count(), "machine": platform.platform(terse=True),
               "results": results}

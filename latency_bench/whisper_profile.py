@@ -1,6 +1,7 @@
 """Where one Whisper pass spends its time on this machine, per decoding setup and audio length.
 
-    python -m latency_bench.whisper_profile [--model whisper-tiny.en] [--threads 2] [--reps 5]
+    python -m diffvoice.latency_bench.whisper_profile [--model whisper-tiny.en] [--threads 2] \
+        [--reps 5]
 
 For speech of ~1, 2, 4 and 8 s (espeak-ng receptionist questions joined), times the median of
 `reps` runs of:
@@ -35,7 +36,7 @@ SENTENCES = [
 
 
 def _speech(seconds: float, cache: Path) -> tuple[np.ndarray, str]:
-    from latency_bench.corpus import synthesize_corpus
+    from diffvoice.latency_bench.corpus import synthesize_corpus
 
     prompts = synthesize_corpus(SENTENCES, ["en-us"], [160], cache, lead_silence_s=0.1)
     pcm, text = np.zeros(0, np.int16), []
@@ -60,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from faster_whisper import WhisperModel
 
-    from voice.asr.packaged_models import packaged_whisper_dir
-    from voice.asr.whisper_pass import PassOptions, WhisperPassRunner
+    from diffvoice.voice.asr.packaged_models import packaged_whisper_dir
+    from diffvoice.voice.asr.whisper_pass import PassOptions, WhisperPassRunner
 
     path = packaged_whisper_dir(args.model) or Path(args.model)
     model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=args.threads)

@@ -1,7 +1,7 @@
 """WER of one Whisper pass per utterance with the full 30 s encoder window vs shorter windows
 (voice.asr.whisper_pass `audio_ctx="auto"`), on the ASR benchmark's espeak-ng corpus.
 
-    python -m latency_bench.whisper_window_wer [--model whisper-tiny.en] \
+    python -m diffvoice.latency_bench.whisper_window_wer [--model whisper-tiny.en] \
         [--voices en-us:150,en-gb-x-rp:175,en-us+f3:135,en-gb-scotland+m3:190] [--setups ...]
 
 Each utterance gets 0.25 s of silence before and 0.5 s after; the WER is word-level over
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latency_bench.asr_bench import DEFAULT_SENTENCES, wer
+from diffvoice.latency_bench.asr_bench import DEFAULT_SENTENCES, wer
 
 SETUPS = {
     "full-30s": {"audio_ctx": "full"},
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from faster_whisper import WhisperModel
 
-    from latency_bench.corpus import synthesize_corpus
-    from voice.asr.packaged_models import packaged_whisper_dir
-    from voice.asr.whisper_pass import PassOptions, WhisperPassRunner
+    from diffvoice.latency_bench.corpus import synthesize_corpus
+    from diffvoice.voice.asr.packaged_models import packaged_whisper_dir
+    from diffvoice.voice.asr.whisper_pass import PassOptions, WhisperPassRunner
 
     texts = [t for t in DEFAULT_SENTENCES.read_text().splitlines() if t.strip()]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "diffvoice" / "asr"

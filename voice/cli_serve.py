@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from voice.config import ServeConfig
-from voice.config import add_arguments as _add_config_arguments
+from diffvoice.voice.config import ServeConfig
+from diffvoice.voice.config import add_arguments as _add_config_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,18 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_app(state):
     from loguru import logger
 
-    from voice.server import create_app
+    from diffvoice.voice.server import create_app
 
     app = create_app(state)
     try:
-        from voice.openai_api import make_router as openai_router
+        from diffvoice.voice.openai_api import make_router as openai_router
 
         app.include_router(openai_router(state))
     except Exception as e:  # an optional surface must not keep the voice demo from starting
         logger.warning(f"OpenAI-compatible API not mounted: {e!r}")
     if not state.config.api_only:
         try:
-            from voice.telephony.twilio import make_router as twilio_router
+            from diffvoice.voice.telephony.twilio import make_router as twilio_router
 
             app.include_router(twilio_router(state))
         except Exception as e:
@@ -63,8 +63,8 @@ def load_state(config: ServeConfig, *, replica_id: str | None = None, metrics=No
     holds (one per `diffvoice serve`, one per Ray Serve replica). Raises StartupError."""
     from loguru import logger
 
-    from engine import Engine, EngineConfig
-    from voice.state import AppState
+    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.voice.state import AppState
 
     if not Path(config.model).is_dir():
         raise StartupError(
@@ -105,13 +105,13 @@ def run(args: argparse.Namespace) -> int:
     from loguru import logger
 
     if config.ray:
-        from voice.scale.ray_serve import run_ray
+        from diffvoice.voice.scale.ray_serve import run_ray
 
         return run_ray(config)
 
     import uvicorn
 
-    from voice import malloc_tune
+    from diffvoice.voice import malloc_tune
 
     if config.malloc_arena_max:
         malloc_tune.limit_arenas(config.malloc_arena_max)
@@ -138,7 +138,7 @@ def twilio_banner(config: ServeConfig) -> list[str]:
     """The Twilio start-up banner (docs/telephony.md): the URLs to paste into the Twilio console
     and any security warning, when Twilio is configured (an auth token, a public URL, or
     signature checks turned off) and the voice routes are served; else nothing."""
-    from voice.telephony.config import TelephonyConfig, webhook_banner
+    from diffvoice.voice.telephony.config import TelephonyConfig, webhook_banner
 
     telephony = TelephonyConfig.from_serve_config(config)
     configured = bool(telephony.twilio_auth_token or telephony.public_url

@@ -21,8 +21,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from engine.assets import default_model_dir, web_dir
-from voice.transport.protocol import STOP_SECS_RANGE
+from diffvoice.engine.assets import default_model_dir, web_dir
+from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
 
 DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
 DEFAULT_WEB_DIR = web_dir()

@@ -32,7 +32,7 @@ from typing import Any
 from loguru import logger
 from pipecat.turns.user_stop.eager_match_policy import NormalizedMatch
 
-from voice.llm_service import context_to_messages
+from diffvoice.voice.llm_service import context_to_messages
 
 _draft_counter = itertools.count(1)
 UNUSABLE = ("shed", "abort", "refused", "error")
@@ -212,7 +212,7 @@ class DraftManager:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _run(self, draft: Draft) -> None:
-        from engine import EngineOverloaded  # DraftRefused is one
+        from diffvoice.engine import EngineOverloaded  # DraftRefused is one
 
         try:
             async for delta in self._engine.generate(

@@ -26,7 +26,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from voice.drafting import DraftManager, normalise
+from diffvoice.voice.drafting import DraftManager, normalise
 
 
 class EagerDrafter(FrameProcessor):

@@ -131,7 +131,7 @@ class DiffusionLLMService(LLMService):
         draft_context: LLMContext | None = None,
         **kwargs,
     ) -> None:
-        from engine import SamplingParams  # deferred: importing engine pulls in torch
+        from diffvoice.engine import SamplingParams  # deferred: importing engine pulls in torch
 
         settings = LLMSettings(
             model=getattr(engine, "model_name", "diffusion"),
@@ -161,7 +161,7 @@ class DiffusionLLMService(LLMService):
         self.drafts = None
         self.last_answer = AnswerInfo()
         if draft_context is not None:
-            from voice.drafting import DraftManager
+            from diffvoice.voice.drafting import DraftManager
 
             self.drafts = DraftManager(
                 engine, self._params, get_context_messages=draft_context.get_messages,
@@ -233,7 +233,7 @@ class DiffusionLLMService(LLMService):
         return dataclasses.replace(self._params, **fields)
 
     async def _respond(self, context: LLMContext) -> None:
-        from engine import EngineOverloaded
+        from diffvoice.engine import EngineOverloaded
 
         request_id = f"{self._request_prefix}-{next(_request_counter)}"
         messages = context_to_messages(context.get_messages(), self._system_prompt)

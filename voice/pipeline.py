@@ -61,13 +61,13 @@ from pipecat.turns.user_turn_strategies import (
     default_user_turn_start_strategies,
 )
 
-from voice.eager_drafter import EagerDrafter
-from voice.frame_tap import FrameTap
-from voice.llm_service import DiffusionLLMService
-from voice.speech_vad import SpeechTrackingVAD
-from voice.transport import protocol
-from voice.turn_end import MeaningTurnStopStrategy
-from voice.turn_tracker import TurnTracker
+from diffvoice.voice.eager_drafter import EagerDrafter
+from diffvoice.voice.frame_tap import FrameTap
+from diffvoice.voice.llm_service import DiffusionLLMService
+from diffvoice.voice.speech_vad import SpeechTrackingVAD
+from diffvoice.voice.transport import protocol
+from diffvoice.voice.turn_end import MeaningTurnStopStrategy
+from diffvoice.voice.turn_tracker import TurnTracker
 
 OnLatency = Callable[[dict], None]
 OnEvent = Callable[[protocol.Event], Awaitable[None]]

@@ -32,9 +32,9 @@ from loguru import logger
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from voice.access import bearer_token, key_matches
-from voice.body_limit import BodyLimitMiddleware
-from voice.state import AppState
+from diffvoice.voice.access import bearer_token, key_matches
+from diffvoice.voice.body_limit import BodyLimitMiddleware
+from diffvoice.voice.state import AppState
 
 
 def _engine_stats(state: AppState) -> dict:
@@ -140,7 +140,7 @@ def create_app(state: AppState) -> FastAPI:
         return Response(content=body, media_type=content_type)
 
     if not config.api_only:
-        from voice.transport.ws_session import serve_browser_session
+        from diffvoice.voice.transport.ws_session import serve_browser_session
 
         @app.websocket("/ws")
         async def ws(websocket: WebSocket) -> None:
@@ -155,7 +155,7 @@ _DESCRIPTION: dict = {}
 def _self_description() -> dict:
     """{"machine": {...}, "versions": {...}} of this process, computed once."""
     if not _DESCRIPTION:
-        from latency_bench.machine import git_revision, machine_info, package_versions
+        from diffvoice.latency_bench.machine import git_revision, machine_info, package_versions
 
         _DESCRIPTION.update(machine=machine_info(),
                             versions={**package_versions(), "git": git_revision()})

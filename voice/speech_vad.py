@@ -21,7 +21,7 @@ import time
 
 from pipecat.audio.vad.vad_analyzer import VADState
 
-from voice.vad import SharedSileroVAD
+from diffvoice.voice.vad import SharedSileroVAD
 
 
 class SpeechTrackingVAD(SharedSileroVAD):  # one ONNX session for every call (voice.vad)

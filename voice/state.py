@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voice.config import ServeConfig
-from voice.metrics import VoiceMetrics
+from diffvoice.voice.config import ServeConfig
+from diffvoice.voice.metrics import VoiceMetrics
 
 
 class LatencyLog:
@@ -61,8 +61,8 @@ class AppState:
     session_tokens: Any = None  # voice.access.SessionTokens: short-lived /ws credentials
 
     def __post_init__(self) -> None:
-        from voice.access import SessionTokens
-        from voice.call_limits import ClientSlots
+        from diffvoice.voice.access import SessionTokens
+        from diffvoice.voice.call_limits import ClientSlots
 
         if self.client_slots is None:
             self.client_slots = ClientSlots(getattr(self.config, "max_sessions_per_ip", 8))
@@ -85,14 +85,14 @@ class AppState:
             metrics.bind_engine(engine)
         if not config.api_only:
             if asr is None:
-                from voice.asr.resolve import resolve_asr
+                from diffvoice.voice.asr.resolve import resolve_asr
 
                 facts = Path(config.model) / "facts.yaml"  # the model's own fact sheet
                 asr = resolve_asr(
                     config.asr, config.device, facts_path=facts if facts.is_file() else None
                 )
             if tts is None:
-                from voice.tts.resolve import resolve_tts
+                from diffvoice.voice.tts.resolve import resolve_tts
 
                 tts = resolve_tts(config.tts, config.tts_voice, config.tts_model_dir)
         warnings = [
@@ -101,7 +101,7 @@ class AppState:
         ]
         receptionist = None
         if not config.api_only:
-            from voice.receptionist.setup import receptionist_for
+            from diffvoice.voice.receptionist.setup import receptionist_for
 
             receptionist = receptionist_for(config, engine, warnings)
         return cls(

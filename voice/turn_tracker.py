@@ -48,7 +48,7 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 VAD_WINDOW_SECS = 512 / 16000  # Silero analyses 512-sample windows at 16 kHz
 

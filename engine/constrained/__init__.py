@@ -11,7 +11,7 @@ against the schema, whatever the model's weights.
 See docs/tool-calling.md.
 """
 
-from engine.constrained.plan import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, Plan, build_plan
-from engine.constrained.state import ConstrainedState
+from diffvoice.engine.constrained.plan import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, Plan, build_plan
+from diffvoice.engine.constrained.state import ConstrainedState
 
 __all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "ConstrainedState", "Plan", "build_plan"]

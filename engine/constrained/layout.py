@@ -28,7 +28,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from engine.constrained.slots import Choice, Free, Vocab
+from diffvoice.engine.constrained.slots import Choice, Free, Vocab
 
 MAX_CHOICES = 2000
 DEFAULT_STRING_TOKENS = 24   # token bound of a free string without maxLength

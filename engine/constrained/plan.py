@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.constrained.json_free import JsonObjectSlot
-from engine.constrained.layout import Layout, compile_calls, compile_value
-from engine.constrained.slots import Vocab
-from engine.constrained.state import ConstrainedState
+from diffvoice.engine.constrained.json_free import JsonObjectSlot
+from diffvoice.engine.constrained.layout import Layout, compile_calls, compile_value
+from diffvoice.engine.constrained.slots import Vocab
+from diffvoice.engine.constrained.state import ConstrainedState
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"

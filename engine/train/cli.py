@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from engine.train.clarify import DEFAULT_THRESHOLD
-from engine.train.evaluate import DEFAULT_SETTINGS, evaluate, markdown_table
-from engine.train.trainer import TrainConfig, train
+from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD
+from diffvoice.engine.train.evaluate import DEFAULT_SETTINGS, evaluate, markdown_table
+from diffvoice.engine.train.trainer import TrainConfig, train
 
 _HELP = {
     "out": "output directory: the checkpoint (config.json, model.safetensors, tokenizer files, "
@@ -107,7 +107,7 @@ def training_summary(summary: dict, cfg: TrainConfig) -> str:
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    from engine import DEFAULT_MODEL_DIR
+    from diffvoice.engine import DEFAULT_MODEL_DIR
 
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR,
                         help="checkpoint directory (default: the shipped receptionist model)")
@@ -165,8 +165,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.train.cli train|eval-model ...` (same as the diffvoice subcommands)."""
-    parser = argparse.ArgumentParser(prog="python -m engine.train.cli")
+    """`python -m diffvoice.engine.train.cli train|eval-model ...` (= the diffvoice subcommands)."""
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.engine.train.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_arguments(sub.add_parser("train"))
     add_eval_arguments(sub.add_parser("eval-model"))

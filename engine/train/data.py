@@ -20,17 +20,17 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from engine.train.dialogues import Dialogues, Turn
-from engine.train.facts import DAYS, FactSheet
-from engine.train.grammar import Template
-from engine.train.templates import (
+from diffvoice.engine.train.dialogues import Dialogues, Turn
+from diffvoice.engine.train.facts import DAYS, FactSheet
+from diffvoice.engine.train.grammar import Template
+from diffvoice.engine.train.templates import (
     FACT_INTENTS,
     PREFIXES,
     QUESTIONS,
     SMALL_TALK_INTENTS,
     SUFFIXES,
 )
-from engine.train.variants import vary
+from diffvoice.engine.train.variants import vary
 
 # the training mixture (probabilities per drawn example): the recipe
 P_DIALOGUE = 0.3    # booking / availability / cancel / follow-up examples (dialogues.py)

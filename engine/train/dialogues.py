@@ -19,8 +19,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from engine.train.facts import DAYS, FactSheet
-from engine.train.tool_schemas import (
+from diffvoice.engine.train.facts import DAYS, FactSheet
+from diffvoice.engine.train.tool_schemas import (
     parse_tool_call,
     result_text,
     slot_times,
@@ -591,7 +591,7 @@ class Dialogues:
             parsed = parse_tool_call(text)
             if parsed is None or not text.endswith("</tool_call>"):
                 return False
-            from engine.train.tool_schemas import validate_args
+            from diffvoice.engine.train.tool_schemas import validate_args
             try:
                 return validate_args(parsed[0], parsed[1], self.schemas)
             except ValueError:

@@ -29,11 +29,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.train.clarify import DEFAULT_THRESHOLD, guard
-from engine.train.data import DataGenerator, Example, normalize
-from engine.train.facts import load_facts
-from engine.train.tool_schemas import parse_tool_call
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, guard
+from diffvoice.engine.train.data import DataGenerator, Example, normalize
+from diffvoice.engine.train.facts import load_facts
+from diffvoice.engine.train.tool_schemas import parse_tool_call
 
 DEFAULT_SETTINGS = ("low_confidence:4",)
 
@@ -170,7 +170,7 @@ def question_sets(gen: DataGenerator, seed: int, per_template: int, dialogues: i
                   independent: bool) -> dict[str, list[Example]]:
     sets = {"template": gen.eval_set(seed=seed, per_template=per_template),
             "dialogue": gen.dialogue_eval_set(seed=seed + 1, n=dialogues)}
-    from engine.train.independent import BUSINESS, independent_examples, spoken_examples
+    from diffvoice.engine.train.independent import BUSINESS, independent_examples, spoken_examples
 
     if independent and gen.facts.name == BUSINESS:
         sets["independent"] = independent_examples(gen)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from engine.assets import default_facts_path
+from diffvoice.engine.assets import default_facts_path
 
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 DEFAULT_FACTS_PATH = default_facts_path()  # engine/assets.py

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from engine.train.data import DataGenerator, Example, normalize
-from engine.train.templates import SMALL_TALK_INTENTS
-from engine.train.tool_schemas import tool_call_json, tool_call_text
+from diffvoice.engine.train.data import DataGenerator, Example, normalize
+from diffvoice.engine.train.templates import SMALL_TALK_INTENTS
+from diffvoice.engine.train.tool_schemas import tool_call_json, tool_call_text
 
 HERE = Path(__file__).parent
 INDEPENDENT_PATH = HERE / "independent_eval.yaml"
@@ -102,7 +102,7 @@ def training_overlap(gen: DataGenerator, n: int = 20000, seed: int = 0) -> set[s
 
 
 def _fills(gen: DataGenerator, text: str) -> list[str]:
-    from engine.train.facts import DAYS
+    from diffvoice.engine.train.facts import DAYS
 
     variants = [text]
     for slot, values in (("<day>", list(DAYS) + [d + "s" for d in DAYS]),

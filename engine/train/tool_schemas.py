@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 
-from engine.train.facts import DAYS, FactSheet
+from diffvoice.engine.train.facts import DAYS, FactSheet
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"

@@ -24,14 +24,19 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from engine.config import ModelConfig
-from engine.loader import save_checkpoint
-from engine.model import DiffusionLM
-from engine.tokenizer import ChatTokenizer
-from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, extend_tokenizer, train_tokenizer
-from engine.train.data import DataGenerator
-from engine.train.facts import DEFAULT_FACTS_PATH, load_facts
-from engine.train.objective import build_batch, masked_loss
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.loader import save_checkpoint
+from diffvoice.engine.model import DiffusionLM
+from diffvoice.engine.tokenizer import ChatTokenizer
+from diffvoice.engine.train.build_tokenizer import (
+    EOS_TOKEN,
+    MASK_TOKEN,
+    extend_tokenizer,
+    train_tokenizer,
+)
+from diffvoice.engine.train.data import DataGenerator
+from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH, load_facts
+from diffvoice.engine.train.objective import build_batch, masked_loss
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,8 @@ def _tokenizer(cfg: TrainConfig, gen: DataGenerator, out: Path) -> ChatTokenizer
 def _asr_records(cfg: TrainConfig, facts) -> list[dict]:
     """The committed ASR transcripts (engine/train/asr_train.jsonl) were recognised from questions
     about the default business; "auto" uses them only for a fact sheet with that business name."""
-    from engine.train.asr_augment import TRAIN_CACHE, load_cache
-    from engine.train.facts import load_facts as _load
+    from diffvoice.engine.train.asr_augment import TRAIN_CACHE, load_cache
+    from diffvoice.engine.train.facts import load_facts as _load
 
     if cfg.asr_cache == "none":
         return []
@@ -201,7 +206,7 @@ def setup(cfg: TrainConfig):
 def warm_start(model: DiffusionLM, path: str) -> None:
     """Copy every weight of the checkpoint at `path` into `model`; a grown vocabulary keeps the
     old rows (same ids: extend_tokenizer) and its new rows start at the mean old embedding."""
-    from engine.loader import load_checkpoint
+    from diffvoice.engine.loader import load_checkpoint
 
     old = load_checkpoint(path, dtype="float32", device="cpu").model.state_dict()
     with torch.no_grad():

@@ -27,7 +27,7 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from latency_bench.reliability.common import (
+from diffvoice.latency_bench.reliability.common import (
     SILENCE_20MS,
     Ctx,
     check,
@@ -36,9 +36,9 @@ from latency_bench.reliability.common import (
     next_ip,
     settled,
 )
-from latency_bench.twilio_client import twilio_signature
-from voice.telephony import signature
-from voice.transport import protocol
+from diffvoice.latency_bench.twilio_client import twilio_signature
+from diffvoice.voice.telephony import signature
+from diffvoice.voice.transport import protocol
 
 
 async def _open(ctx: Ctx, ip: str) -> tuple[Any, Any]:

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from latency_bench.reliability.run import PARTS, SCALES
+from diffvoice.latency_bench.reliability.run import PARTS, SCALES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,10 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import DEFAULT_MODEL_DIR
-    from latency_bench.corpus import CorpusError, default_corpus
-    from latency_bench.machine import machine_info
-    from latency_bench.reliability.run import run_parts, write
+    from diffvoice.engine import DEFAULT_MODEL_DIR
+    from diffvoice.latency_bench.corpus import CorpusError, default_corpus
+    from diffvoice.latency_bench.machine import machine_info
+    from diffvoice.latency_bench.reliability.run import run_parts, write
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)

@@ -30,11 +30,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from latency_bench.config import BenchConfig
-from latency_bench.corpus import Prompt
-from latency_bench.source_addr import loopback_ip, use_source_ip
-from latency_bench.turns import TurnResult
-from voice.transport import protocol
+from diffvoice.latency_bench.config import BenchConfig
+from diffvoice.latency_bench.corpus import Prompt
+from diffvoice.latency_bench.source_addr import loopback_ip, use_source_ip
+from diffvoice.latency_bench.turns import TurnResult
+from diffvoice.voice.transport import protocol
 
 SILENCE_20MS = bytes(640)
 _ip_counter = iter(range(10_000, 62_000))
@@ -198,8 +198,8 @@ def bench_config(ctx: Ctx, **changes) -> BenchConfig:
 async def one_call(ctx: Ctx, prompts: Sequence[Prompt], protocol_name: str, session: int,
                    pause_s: float = 1.0, on_turn=None) -> list[TurnResult]:
     """One call of len(prompts) turns from a fresh loopback IP."""
-    from latency_bench.browser_client import run_browser_session
-    from latency_bench.twilio_client import run_twilio_session
+    from diffvoice.latency_bench.browser_client import run_browser_session
+    from diffvoice.latency_bench.twilio_client import run_twilio_session
 
     use_source_ip(next_ip())
     turns: list[TurnResult] = []

@@ -26,8 +26,8 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from latency_bench.reliability import fuzz_cases
-from latency_bench.reliability.common import (
+from diffvoice.latency_bench.reliability import fuzz_cases
+from diffvoice.latency_bench.reliability.common import (
     Ctx,
     answered,
     check,
@@ -38,9 +38,9 @@ from latency_bench.reliability.common import (
     settled,
     turn_summary,
 )
-from latency_bench.twilio_client import twilio_signature
-from voice.telephony import signature
-from voice.transport import protocol
+from diffvoice.latency_bench.twilio_client import twilio_signature
+from diffvoice.voice.telephony import signature
+from diffvoice.voice.transport import protocol
 
 MALFORMED_PER_CALL = 40  # < the server's MAX_MALFORMED (50): the call must survive them
 

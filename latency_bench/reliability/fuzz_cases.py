@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from latency_bench.reliability.common import (
+from diffvoice.latency_bench.reliability.common import (
     Ctx,
     PingProbe,
     answered,
@@ -34,8 +34,8 @@ from latency_bench.reliability.common import (
     settled,
     turn_summary,
 )
-from latency_bench.reliability.fuzz import _post
-from voice.transport import protocol
+from diffvoice.latency_bench.reliability.fuzz import _post
+from diffvoice.voice.transport import protocol
 
 RTT_GOAL_MS = 100.0
 
@@ -109,7 +109,7 @@ async def _abuse(ctx: Ctx, scale: dict, ip: str) -> dict[str, Any]:
         return {"accepted": len(accepted), "refused_too_many_sessions": refused,
                 "outcomes": dict(closes), "pings_flooded": pings}
 
-    from latency_bench.source_addr import use_source_ip
+    from diffvoice.latency_bench.source_addr import use_source_ip
 
     use_source_ip(ip)
     _, _, flooded = await asyncio.gather(seeds(), huge(), flood())

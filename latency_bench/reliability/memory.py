@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from latency_bench.reliability.common import (
+from diffvoice.latency_bench.reliability.common import (
     Ctx,
     answered,
     check,

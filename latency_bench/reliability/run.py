@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from latency_bench.reliability.common import Ctx, health, task_names
+from diffvoice.latency_bench.reliability.common import Ctx, health, task_names
 
 PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
 
@@ -90,7 +90,7 @@ def scan_log(text: str) -> dict[str, Any]:
 async def _part(name: str, ctx: Ctx, scale: dict) -> dict[str, Any]:
     import importlib
 
-    module = importlib.import_module(f"latency_bench.reliability.{name}")
+    module = importlib.import_module(f"diffvoice.latency_bench.reliability.{name}")
     t0 = time.monotonic()
     try:
         result = await asyncio.wait_for(module.run(ctx, scale), scale["part_timeout_s"])
@@ -106,7 +106,7 @@ async def _part(name: str, ctx: Ctx, scale: dict) -> dict[str, Any]:
 
 
 async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
-    from latency_bench.server_proc import LocalServer
+    from diffvoice.latency_bench.server_proc import LocalServer
 
     token = secrets.token_hex(16)
     server = LocalServer(server_args(scale, model), start_timeout_s=600,
@@ -131,7 +131,7 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
 
 
 def write(results: dict[str, Any], out: Path, command: str, machine: dict) -> dict:
-    from latency_bench.reliability.report import render
+    from diffvoice.latency_bench.reliability.report import render
 
     json_path = out.with_suffix(".json")
     merged = json.loads(json_path.read_text()) if json_path.exists() else {"parts": {}}

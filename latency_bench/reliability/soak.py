@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from latency_bench.reliability.common import (
+from diffvoice.latency_bench.reliability.common import (
     Ctx,
     check,
     leak_checks,
@@ -29,7 +29,7 @@ from latency_bench.reliability.common import (
     one_call,
     settled,
 )
-from latency_bench.turns import TurnResult
+from diffvoice.latency_bench.turns import TurnResult
 
 RSS = "process_resident_memory_bytes"
 SAMPLED = (RSS, "process_open_fds", "diffvoice_event_loop_tasks", "diffvoice_active_sessions",

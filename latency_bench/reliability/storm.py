@@ -23,12 +23,19 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from latency_bench.browser_client import FRAME_SAMPLES, SILENCE, _stream_prompt
-from latency_bench.corpus import SAMPLE_RATE
-from latency_bench.pacer import Pacer
-from latency_bench.reliability.common import Ctx, check, health, leak_checks, metrics, next_ip
-from latency_bench.reliability.common import settled as settle
-from voice.transport import protocol
+from diffvoice.latency_bench.browser_client import FRAME_SAMPLES, SILENCE, _stream_prompt
+from diffvoice.latency_bench.corpus import SAMPLE_RATE
+from diffvoice.latency_bench.pacer import Pacer
+from diffvoice.latency_bench.reliability.common import (
+    Ctx,
+    check,
+    health,
+    leak_checks,
+    metrics,
+    next_ip,
+)
+from diffvoice.latency_bench.reliability.common import settled as settle
+from diffvoice.voice.transport import protocol
 
 
 class _Session:

@@ -16,7 +16,7 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def load_golden(family: str):
-    from engine.loader import load_checkpoint
+    from diffvoice.engine.loader import load_checkpoint
 
     loaded = load_checkpoint(GOLDEN / family / "fixture", dtype="float32", device="cpu")
     return loaded, json.loads((GOLDEN / family / "golden.json").read_text())
@@ -24,7 +24,7 @@ def load_golden(family: str):
 
 def main(family: str) -> None:
     """Rewrite the golden outputs of `family` from the plain loops (no upstream code needed)."""
-    from engine.reference_loops import run_case
+    from diffvoice.engine.reference_loops import run_case
 
     loaded, golden = load_golden(family)
     eos = set(loaded.config.eos_token_ids)

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.params import MAX_SEED
-from engine.testing import make_random_checkpoint
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.params import MAX_SEED
+from diffvoice.engine.testing import make_random_checkpoint
 
 HELLO = [{"role": "user", "content": "Hello!"}]
 

@@ -4,8 +4,8 @@ readable reference, on random inputs with mixed cache lengths, padding and both 
 import pytest
 import torch
 
-from engine.attention import attend
-from kernels.block_attention import block_attention_ref
+from diffvoice.engine.attention import attend
+from diffvoice.kernels.block_attention import block_attention_ref
 
 
 @pytest.mark.parametrize("block_size", [0, 4])

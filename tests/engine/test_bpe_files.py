@@ -8,9 +8,9 @@ import random
 import pytest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-from engine.bpe_files import QWEN2_PRETOKENIZE_REGEX, tokenizer_from_bpe_files
-from engine.testing import CHATML_TEMPLATE, CORPUS
-from engine.tokenizer import ChatTokenizer
+from diffvoice.engine.bpe_files import QWEN2_PRETOKENIZE_REGEX, tokenizer_from_bpe_files
+from diffvoice.engine.testing import CHATML_TEMPLATE, CORPUS
+from diffvoice.engine.tokenizer import ChatTokenizer
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 PLAIN_ADDED = ["<tool_call>", "</tool_call>"]  # added but not special (Qwen2.5's flags)

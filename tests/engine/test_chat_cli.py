@@ -4,9 +4,9 @@ import io
 
 import pytest
 
-from engine import DEFAULT_MODEL_DIR
-from engine.cli import main
-from engine.testing import make_random_checkpoint
+from diffvoice.engine import DEFAULT_MODEL_DIR
+from diffvoice.engine.cli import main
+from diffvoice.engine.testing import make_random_checkpoint
 
 
 def test_generate_prints_answer_and_latency(tmp_path, capsys):

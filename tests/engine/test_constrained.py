@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 import torch
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.constrained import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-from engine.testing import make_random_checkpoint
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.constrained import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from diffvoice.engine.testing import make_random_checkpoint
 
 TIME = r"^([01]\d|2[0-3]):([0-5]\d)$"
 
@@ -211,7 +211,7 @@ def test_unsupported_or_bad_schemas_are_rejected_before_queueing(engine, params,
 
 def test_layout_partitions_fixed_text_and_slots(engine):
     """Every position of a call's static layout is a fixed token or a slot, keys in order."""
-    from engine.constrained.plan import build_plan
+    from diffvoice.engine.constrained.plan import build_plan
 
     plan = build_plan(TOOLS, {"type": "function", "function": {"name": "book_appointment"}},
                       None, engine.tokenizer, engine.model_config.eos_token_ids[0])
@@ -241,8 +241,8 @@ RECEPTIONIST_TOOL_TOKENS = (
 def _tokenizer(tmp_path, added: tuple[str, ...]):
     from tokenizers import AddedToken, Tokenizer
 
-    from engine.testing import make_tokenizer
-    from engine.tokenizer import ChatTokenizer
+    from diffvoice.engine.testing import make_tokenizer
+    from diffvoice.engine.tokenizer import ChatTokenizer
 
     make_tokenizer(tmp_path)
     tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
@@ -253,7 +253,7 @@ def _tokenizer(tmp_path, added: tuple[str, ...]):
 
 def _fill(layout, values: list, vocab) -> tuple[list[int], list[int]]:
     """Canvas tokens of a call with the given slot values, and the same without the pads."""
-    from engine.constrained.slots import Choice
+    from diffvoice.engine.constrained.slots import Choice
 
     canvas, unpadded, slots = [], [], dict(layout.slots)
     r = 0
@@ -301,7 +301,7 @@ def test_canvas_without_pads_is_the_wire_tokenization(tmp_path, added):
     """Filled with canonical values, the laid canvas minus its pads is token for token the
     tokenization of the wire text (what a trained model saw), and with its pads it still
     decodes to the same JSON."""
-    from engine.constrained.plan import build_plan
+    from diffvoice.engine.constrained.plan import build_plan
 
     tok = _tokenizer(tmp_path, added)
     plan = build_plan(RECEPTIONIST_TOOLS, "required", None, tok, 0)
@@ -324,7 +324,7 @@ def test_canvas_without_pads_is_the_wire_tokenization(tmp_path, added):
 # --- response_format json_object: the character automaton ---------------------------------------
 
 def _accepts(text: str) -> bool:
-    from engine.constrained.json_free import step
+    from diffvoice.engine.constrained.json_free import step
 
     state = ((), "start", "")
     for ch in text:
@@ -355,7 +355,7 @@ def test_json_automaton_agrees_with_json_loads_on_random_strings():
     for doc in docs:
         assert _accepts(doc), doc
         for cut in range(len(doc)):  # every prefix of a document is still alive
-            from engine.constrained.json_free import step
+            from diffvoice.engine.constrained.json_free import step
 
             state = ((), "start", "")
             for ch in doc[:cut]:

@@ -5,8 +5,8 @@ import asyncio
 import pytest
 import torch
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.testing import make_random_checkpoint
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.testing import make_random_checkpoint
 
 pytestmark = pytest.mark.gpu
 

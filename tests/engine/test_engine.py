@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from engine import Engine, EngineConfig, EngineOverloaded, SamplingParams
-from engine.testing import make_random_checkpoint
+from diffvoice.engine import Engine, EngineConfig, EngineOverloaded, SamplingParams
+from diffvoice.engine.testing import make_random_checkpoint
 
 HELLO = [{"role": "user", "content": "Hello!"}]
 UNIT = 5.0  # seconds; generous for two shared CPU cores

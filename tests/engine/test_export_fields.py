@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from engine.hf_fields import LLADA_DEFAULTS
-from engine.testing import make_random_checkpoint
+from diffvoice.engine.hf_fields import LLADA_DEFAULTS
+from diffvoice.engine.testing import make_random_checkpoint
 
 ASSETS = Path(__file__).parents[1] / "assets" / "real_configs"
 # configuration_dream.py (DreamConfig.__init__) / configuration_sdar.py / Qwen2 defaults

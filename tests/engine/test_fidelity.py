@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.loader import load_checkpoint
-from engine.testing import make_random_checkpoint
+from diffvoice.engine.loader import load_checkpoint
+from diffvoice.engine.testing import make_random_checkpoint
 
 TOL = 1e-4
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from golden_loops import GOLDEN, load_golden
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.reference_loops import run_case
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.reference_loops import run_case
 
 FAMILIES = ["sdar", "fast_dllm_v2", "llada", "dream"]
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.config import ModelConfig
-from engine.loader import load_checkpoint, read_config
-from engine.testing import make_random_checkpoint
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.loader import load_checkpoint, read_config
+from diffvoice.engine.testing import make_random_checkpoint
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from engine.policies import POLICY_IDS, PolicyKnobs, commit_mixed
-from engine.policies.entropy_bounded import commit_entropy_bounded
-from engine.policies.low_confidence import commit_low_confidence
-from engine.policies.threshold import commit_threshold
+from diffvoice.engine.policies import POLICY_IDS, PolicyKnobs, commit_mixed
+from diffvoice.engine.policies.entropy_bounded import commit_entropy_bounded
+from diffvoice.engine.policies.low_confidence import commit_low_confidence
+from diffvoice.engine.policies.threshold import commit_threshold
 
 
 def random_batch(seed, b=7, w=13):

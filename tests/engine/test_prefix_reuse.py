@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.testing import make_random_checkpoint
-from engine.vanilla import reference_decode
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.testing import make_random_checkpoint
+from diffvoice.engine.vanilla import reference_decode
 
 
 async def answer(engine, messages, params):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-from engine.bpe_files import QWEN2_PRETOKENIZE_REGEX, tokenizer_from_bpe_files
-from engine.config import ModelConfig
-from engine.loader import read_config
-from engine.testing import CORPUS
+from diffvoice.engine.bpe_files import QWEN2_PRETOKENIZE_REGEX, tokenizer_from_bpe_files
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.loader import read_config
+from diffvoice.engine.testing import CORPUS
 
 ASSETS = Path(__file__).parents[1] / "assets" / "real_configs"
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.config import ModelConfig
-from engine.loader import load_checkpoint
-from engine.rope import inv_freq
-from engine.testing import make_random_checkpoint
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.loader import load_checkpoint
+from diffvoice.engine.rope import inv_freq
+from diffvoice.engine.testing import make_random_checkpoint
 
 SCALINGS = [
     {"rope_type": "linear", "factor": 4.0},

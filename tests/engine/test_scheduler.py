@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.params import SamplingParams
-from engine.scheduler import EngineOverloaded, Scheduler
-from engine.sequence import Sequence, Status
+from diffvoice.engine.params import SamplingParams
+from diffvoice.engine.scheduler import EngineOverloaded, Scheduler
+from diffvoice.engine.sequence import Sequence, Status
 
 MASK, EOS = 99, 7
 

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.params import SamplingParams
-from engine.scheduler import DraftRefused, Scheduler
-from engine.sequence import Sequence, Status
+from diffvoice.engine.params import SamplingParams
+from diffvoice.engine.scheduler import DraftRefused, Scheduler
+from diffvoice.engine.sequence import Sequence, Status
 
 EOS = 7
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.loader import read_config
-from engine.testing import make_random_checkpoint
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.loader import read_config
+from diffvoice.engine.testing import make_random_checkpoint
 
 # A Qwen3-style template: enable_thinking=False pre-fills an empty think block; tools listed.
 THINKING_TEMPLATE = (

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from engine.testing import make_tokenizer
-from engine.tokenizer import ChatTokenizer, Detokenizer
+from diffvoice.engine.testing import make_tokenizer
+from diffvoice.engine.tokenizer import ChatTokenizer, Detokenizer
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from latency_bench.server_proc import LocalServer
+from diffvoice.latency_bench.server_proc import LocalServer
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -21,7 +21,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from kernels._triton import HAS_TRITON, can_interpret  # noqa: E402
+from diffvoice.kernels._triton import HAS_TRITON, can_interpret  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float32, torch.bfloat16)

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from kernels import bench
-from kernels._triton import HAS_TRITON, can_interpret
+from diffvoice.kernels import bench
+from diffvoice.kernels._triton import HAS_TRITON, can_interpret
 
 
 @pytest.mark.skipif(not (HAS_TRITON and can_interpret()), reason="needs the Triton interpreter")

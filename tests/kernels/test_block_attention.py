@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from kernels import ops
-from kernels.block_attention import block_attention, block_attention_ref
+from diffvoice.kernels import ops
+from diffvoice.kernels.block_attention import block_attention, block_attention_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float32, torch.bfloat16)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels import ops
-from kernels.dispatch import ENV_VAR, requested_backend, resolve_backend
+from diffvoice.kernels import ops
+from diffvoice.kernels.dispatch import ENV_VAR, requested_backend, resolve_backend
 
 
 def test_argument_beats_environment(monkeypatch):

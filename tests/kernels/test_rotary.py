@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels import ops
-from kernels.rotary import rotary, rotary_ref
+from diffvoice.kernels import ops
+from diffvoice.kernels.rotary import rotary, rotary_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float32, torch.bfloat16)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernels import ops
-from kernels.unmask_confidence import unmask_confidence, unmask_confidence_ref
+from diffvoice.kernels import ops
+from diffvoice.kernels.unmask_confidence import unmask_confidence, unmask_confidence_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float32, torch.bfloat16)

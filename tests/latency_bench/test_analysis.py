@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from latency_bench.analysis import COMPONENTS, decompose, tail_findings
+from diffvoice.latency_bench.analysis import COMPONENTS, decompose, tail_findings
 
 
 def _turns(rng, n, slow_stage=None, slow_ms=0.0):

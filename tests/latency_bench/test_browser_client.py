@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from websockets.asyncio.server import serve
 
-from latency_bench.browser_client import run_browser_session
-from latency_bench.config import BenchConfig
-from latency_bench.corpus import SAMPLE_RATE, Prompt
-from voice.transport import protocol
+from diffvoice.latency_bench.browser_client import run_browser_session
+from diffvoice.latency_bench.config import BenchConfig
+from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
+from diffvoice.voice.transport import protocol
 
 REPLY_DELAY_S = 0.7
 ENDPOINTING_S = 0.5

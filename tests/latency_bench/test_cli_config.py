@@ -5,9 +5,9 @@ import argparse
 import numpy as np
 import pytest
 
-from latency_bench import cli
-from latency_bench.config import BenchConfig
-from latency_bench.report import SweepPoint, build_report, load_report, save_report
+from diffvoice.latency_bench import cli
+from diffvoice.latency_bench.config import BenchConfig
+from diffvoice.latency_bench.report import SweepPoint, build_report, load_report, save_report
 
 
 def _parse(*argv):
@@ -73,7 +73,7 @@ def test_server_health_keeps_the_servers_own_description():
     import json
     import threading
 
-    from latency_bench.cli import _server_health
+    from diffvoice.latency_bench.cli import _server_health
 
     body = json.dumps({"status": "ok", "model": "m", "machine": {"cpus": 64},
                        "versions": {"torch": "9.9"}, "secret": "x"}).encode()

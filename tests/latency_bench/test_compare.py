@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from latency_bench.compare import main, render
+from diffvoice.latency_bench.compare import main, render
 
 
 def _report(p50: float, n: int) -> dict:

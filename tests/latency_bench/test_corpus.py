@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from latency_bench.corpus import (
+from diffvoice.latency_bench.corpus import (
     SAMPLE_RATE,
     CorpusError,
     load_audio_dir,

@@ -3,8 +3,8 @@ in the shared schema, with engine and vanilla answers of equal length."""
 
 import json
 
-from engine.cli import main
-from latency_bench.report import load_report
+from diffvoice.engine.cli import main
+from diffvoice.latency_bench.report import load_report
 
 
 def test_bench_engine_writes_the_documented_fields(tmp_path):

@@ -16,13 +16,13 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from latency_bench import cli
-from latency_bench.config import BenchConfig
-from latency_bench.corpus import RECEPTIONIST_PROMPTS, default_corpus
-from latency_bench.load import make_report, run_sweep
-from latency_bench.outputs import write_outputs
-from latency_bench.report import VOICE_STAGES, load_report
-from latency_bench.server_proc import LocalServer
+from diffvoice.latency_bench import cli
+from diffvoice.latency_bench.config import BenchConfig
+from diffvoice.latency_bench.corpus import RECEPTIONIST_PROMPTS, default_corpus
+from diffvoice.latency_bench.load import make_report, run_sweep
+from diffvoice.latency_bench.outputs import write_outputs
+from diffvoice.latency_bench.report import VOICE_STAGES, load_report
+from diffvoice.latency_bench.server_proc import LocalServer
 
 SCALE = float(os.environ.get("DIFFVOICE_TEST_TIMEOUT_SCALE", "1"))
 STOP_SECS = 0.5
@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(900 * SCALE))]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from engine import DEFAULT_MODEL_DIR
-    from engine.testing import make_random_checkpoint
+    from diffvoice.engine import DEFAULT_MODEL_DIR
+    from diffvoice.engine.testing import make_random_checkpoint
 
     if (DEFAULT_MODEL_DIR / "config.json").exists():
         model = DEFAULT_MODEL_DIR

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latency_bench.config import BenchConfig, parse_matrix
-from latency_bench.corpus import PAUSED_PROMPTS, paused_corpus
-from latency_bench.load import LevelResult, make_report, turn_stats
-from latency_bench.markdown import render_markdown
-from latency_bench.matrix import combine
-from latency_bench.turns import TurnResult
+from diffvoice.latency_bench.config import BenchConfig, parse_matrix
+from diffvoice.latency_bench.corpus import PAUSED_PROMPTS, paused_corpus
+from diffvoice.latency_bench.load import LevelResult, make_report, turn_stats
+from diffvoice.latency_bench.markdown import render_markdown
+from diffvoice.latency_bench.matrix import combine
+from diffvoice.latency_bench.turns import TurnResult
 
 
 def _turn(i, v2v_ms, hit, ready, premature=False, voice="en-us", transcript=None):

@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from latency_bench import mulaw
+from diffvoice.latency_bench import mulaw
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

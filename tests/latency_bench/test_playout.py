@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from latency_bench.playout import Playout
+from diffvoice.latency_bench.playout import Playout
 
 RATE = 8000
 

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from engine.assets import default_facts_path
-from latency_bench.markdown import render_markdown
-from latency_bench.quality import RECEPTIONIST_FACTS, sweep_quality, task_success, wer
-from latency_bench.report import SweepPoint, build_report, enough_samples, shown
-from latency_bench.stats import summarize
+from diffvoice.engine.assets import default_facts_path
+from diffvoice.latency_bench.markdown import render_markdown
+from diffvoice.latency_bench.quality import RECEPTIONIST_FACTS, sweep_quality, task_success, wer
+from diffvoice.latency_bench.report import SweepPoint, build_report, enough_samples, shown
+from diffvoice.latency_bench.stats import summarize
 
 
 def _wer_reference(ref: list[str], hyp: list[str]) -> int:

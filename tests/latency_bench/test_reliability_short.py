@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from latency_bench.corpus import RECEPTIONIST_PROMPTS, default_corpus
-from latency_bench.reliability.run import PARTS, SCALES, run_parts
+from diffvoice.latency_bench.corpus import RECEPTIONIST_PROMPTS, default_corpus
+from diffvoice.latency_bench.reliability.run import PARTS, SCALES, run_parts
 
 SCALE = float(os.environ.get("DIFFVOICE_TEST_TIMEOUT_SCALE", "1"))
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(900 * SCALE))]
@@ -22,7 +22,7 @@ NOT_MEANINGFUL_SHORT = {"memory": ("RSS growth <= ",), "isolation": ("/ws ping r
 
 
 def test_every_part_passes_at_short_scale(tmp_path):
-    from engine import DEFAULT_MODEL_DIR
+    from diffvoice.engine import DEFAULT_MODEL_DIR
 
     if not (DEFAULT_MODEL_DIR / "config.json").exists():
         pytest.skip("the embedded model is not in the tree")

@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from latency_bench.outputs import write_outputs
-from latency_bench.report import (
+from diffvoice.latency_bench.outputs import write_outputs
+from diffvoice.latency_bench.report import (
     VOICE_STAGES,
     SweepPoint,
     build_report,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from latency_bench.stats import ecdf, percentile, summarize
+from diffvoice.latency_bench.stats import ecdf, percentile, summarize
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 1001])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from latency_bench.wer import edit_distance, normalise_words, wer
+from diffvoice.latency_bench.wer import edit_distance, normalise_words, wer
 
 
 def test_normalise_drops_case_punctuation_and_fillers():

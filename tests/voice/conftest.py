@@ -45,8 +45,8 @@ def speech(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def random_engine(tmp_path_factory):
-    from engine import Engine, EngineConfig
-    from engine.testing import make_random_checkpoint
+    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.engine.testing import make_random_checkpoint
 
     ckpt = make_random_checkpoint(tmp_path_factory.mktemp("ckpt") / "random-sdar", family="sdar")
     engine = Engine.from_pretrained(ckpt, EngineConfig(device="cpu", max_running=8))
@@ -57,9 +57,9 @@ def random_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def voice_state(random_engine, tmp_path_factory):
-    from voice.asr.resolve import resolve_asr
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.asr.resolve import resolve_asr
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     log = tmp_path_factory.mktemp("latency") / "turns.jsonl"
     config = ServeConfig(

@@ -1,6 +1,6 @@
 """Issue 12, problem 4: who may open /ws (Origin allow-list, keys, short-lived tokens)."""
 
-from voice.access import SessionTokens, origin_allowed, ws_credential_ok
+from diffvoice.voice.access import SessionTokens, origin_allowed, ws_credential_ok
 
 
 def test_origin_rules():

@@ -10,7 +10,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
-from voice.body_limit import BodyLimitMiddleware
+from diffvoice.voice.body_limit import BodyLimitMiddleware
 
 LIMIT = 1000
 

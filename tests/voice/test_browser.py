@@ -226,9 +226,9 @@ def voice_state(random_engine, tmp_path_factory):
     """The real server state: random-weight diffusion LLM (conftest's `random_engine`), espeak
     TTS, and an ASR spec that names a Whisper model which is not on disk, so the server falls
     back to pocketsphinx and warns, and the page must show that warning."""
-    from voice.asr.resolve import resolve_asr
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.asr.resolve import resolve_asr
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     tmp = tmp_path_factory.mktemp("browser-server")
     config = ServeConfig(
@@ -247,7 +247,7 @@ def voice_state(random_engine, tmp_path_factory):
 
 
 def _voice_server(state) -> LoopbackServer:
-    from voice.server import create_app
+    from diffvoice.voice.server import create_app
 
     return LoopbackServer(create_app(state))
 

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from voice.call_limits import CallWatchdog, ClientSlots
+from diffvoice.voice.call_limits import CallWatchdog, ClientSlots
 
 
 def test_client_slots_cap_each_ip_and_release():

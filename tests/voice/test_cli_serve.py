@@ -6,8 +6,8 @@ import argparse
 
 from voice_fixtures import TINY_WHISPER
 
-from voice import cli_serve
-from voice.config import ServeConfig
+from diffvoice.voice import cli_serve
+from diffvoice.voice.config import ServeConfig
 
 
 def _paths(routes) -> set[str]:
@@ -32,8 +32,8 @@ def test_missing_model_exits_with_a_message(tmp_path, capsys):
 
 
 def test_build_app_mounts_voice_api_and_telephony_routes(random_engine):
-    from voice.asr.resolve import resolve_asr
-    from voice.state import AppState
+    from diffvoice.voice.asr.resolve import resolve_asr
+    from diffvoice.voice.state import AppState
 
     config = ServeConfig(model="random", asr=str(TINY_WHISPER))
     state = AppState.create(config, random_engine, asr=resolve_asr(config.asr, "cpu"))
@@ -52,7 +52,7 @@ def test_serve_prints_the_twilio_banner_when_twilio_is_configured(tmp_path, capf
     logs the URLs to paste into Twilio, as docs/telephony.md promises."""
     import uvicorn
 
-    from engine.testing import make_random_checkpoint
+    from diffvoice.engine.testing import make_random_checkpoint
 
     model = make_random_checkpoint(tmp_path / "m", family="sdar")
     served = []

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from voice.config import ServeConfig, add_arguments
+from diffvoice.voice.config import ServeConfig, add_arguments
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -35,10 +35,10 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from voice_fixtures import RANDOM_LLM, scaled
 
-from voice.drafting import normalise
-from voice.eager_drafter import EagerDrafter
-from voice.llm_service import DiffusionLLMService
-from voice.turn_end import MeaningTurnStopStrategy
+from diffvoice.voice.drafting import normalise
+from diffvoice.voice.eager_drafter import EagerDrafter
+from diffvoice.voice.llm_service import DiffusionLLMService
+from diffvoice.voice.turn_end import MeaningTurnStopStrategy
 
 SYSTEM = "Answer in one short sentence."
 

@@ -14,7 +14,7 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import RANDOM_LLM, LiveServer, scaled
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 
 async def _wait_for(predicate, within: float, what: str):
@@ -27,9 +27,9 @@ async def _wait_for(predicate, within: float, what: str):
 
 @pytest.fixture(scope="module")
 def sphinx_server(random_engine):
-    from voice.asr.resolve import resolve_asr
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.asr.resolve import resolve_asr
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     config = ServeConfig(port=0, model="random-sdar", asr="pocketsphinx", max_new_tokens=24)
     asr = resolve_asr(config.asr, "cpu")

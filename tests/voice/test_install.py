@@ -36,8 +36,8 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import scaled
 
-from latency_bench.server_proc import free_port
-from voice.transport import protocol
+from diffvoice.latency_bench.server_proc import free_port
+from diffvoice.voice.transport import protocol
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(scaled(900)))]
@@ -121,8 +121,8 @@ def test_wheel_has_its_data_and_its_pins_are_met(installed):
                            env=env, cwd=cwd, timeout=scaled(120))
     ours = [line for line in check.stdout.splitlines() if line.lower().startswith("diffvoice")]
     assert not ours, f"pip {installed['pip']} check: {ours}"
-    probe = ("import json; from engine import assets; "
-             "from voice import config; "
+    probe = ("import json; from diffvoice.engine import assets; "
+             "from diffvoice.voice import config; "
              "print(json.dumps([assets.__file__, config.__file__, "
              "str(assets.default_model_dir()), str(assets.web_dir()), "
              "str(assets.default_facts_path())]))")

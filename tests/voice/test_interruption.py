@@ -11,7 +11,7 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 # An answer budget that takes the random engine tens of seconds to finish, so that a request
 # still running after the barge-in could only have been stopped by the interruption.
@@ -20,9 +20,9 @@ LONG_ANSWER = {"max_new_tokens": 1024, "steps_per_block": 32, "ignore_eos": True
 
 @pytest.fixture(scope="module")
 def long_answer_server(random_engine):
-    from voice.asr.resolve import resolve_asr
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.asr.resolve import resolve_asr
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     config = ServeConfig(port=0, model="random-sdar", asr=str(TINY_WHISPER), stop_secs=0.4)
     asr = resolve_asr(config.asr, "cpu", no_speech_threshold=None, max_new_tokens=8)

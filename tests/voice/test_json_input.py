@@ -2,7 +2,7 @@
 
 import pytest
 
-from voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 
 BAD = {
     "not_json": "{nope",

@@ -21,7 +21,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 from voice_fixtures import RANDOM_LLM
 
-from voice.llm_service import BUSY_REPLY, DiffusionLLMService, context_to_messages
+from diffvoice.voice.llm_service import BUSY_REPLY, DiffusionLLMService, context_to_messages
 
 SYSTEM = "Answer in one short sentence."
 USER = [{"role": "user", "content": "What time do you open?"}]
@@ -114,8 +114,8 @@ async def test_interruption_aborts_the_engine_request(random_engine, monkeypatch
 
 
 async def test_overloaded_engine_gets_a_spoken_apology(tmp_path):
-    from engine import Engine, EngineConfig, SamplingParams
-    from engine.testing import make_random_checkpoint
+    from diffvoice.engine import Engine, EngineConfig, SamplingParams
+    from diffvoice.engine.testing import make_random_checkpoint
 
     engine = Engine.from_pretrained(
         make_random_checkpoint(tmp_path / "m"),
@@ -144,7 +144,7 @@ async def test_an_answer_with_nothing_to_speak_is_logged():
         model_name = "silent"
 
         async def generate(self, messages, params, request_id=None):
-            from engine import Delta
+            from diffvoice.engine import Delta
 
             yield Delta(request_id, "", [2], True, "stop", 5, 1)
 

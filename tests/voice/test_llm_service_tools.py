@@ -18,7 +18,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 from pipecat.tests.utils import SleepFrame, run_test
 from voice_fixtures import RANDOM_LLM, scaled
 
-from voice.llm_service import DiffusionLLMService
+from diffvoice.voice.llm_service import DiffusionLLMService
 
 PROPS = {"service": {"type": "string", "enum": ["cleanings", "fillings"]},
          "day": {"type": "string", "enum": ["monday", "friday"]},

@@ -4,7 +4,7 @@ import ctypes
 
 import pytest
 
-from voice import malloc_tune
+from diffvoice.voice import malloc_tune
 
 
 def _rss_kb() -> int:

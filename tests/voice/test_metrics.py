@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from voice.metrics import LATENCY_BUCKETS_S, STAGES, VoiceMetrics
+from diffvoice.voice.metrics import LATENCY_BUCKETS_S, STAGES, VoiceMetrics
 
 
 def _scrape(metrics):

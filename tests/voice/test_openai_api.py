@@ -23,9 +23,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.testing import make_random_checkpoint
-from voice.openai_api import EFFORT_PRESETS, OpenAIError, make_router, parse_chat_request
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.testing import make_random_checkpoint
+from diffvoice.voice.openai_api import EFFORT_PRESETS, OpenAIError, make_router, parse_chat_request
 
 TIMEOUT_S = 30.0 * float(os.environ.get("DIFFVOICE_TEST_TIMEOUT_SCALE", "1"))
 API_KEY = "sk-test-diffvoice"

@@ -19,13 +19,13 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.testing import make_random_checkpoint
-from voice import cli_serve
-from voice.config import ServeConfig
-from voice.openai_api.completion_request import parse_completion_request
-from voice.openai_api.request import OpenAIError
-from voice.state import AppState
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.testing import make_random_checkpoint
+from diffvoice.voice import cli_serve
+from diffvoice.voice.config import ServeConfig
+from diffvoice.voice.openai_api.completion_request import parse_completion_request
+from diffvoice.voice.openai_api.request import OpenAIError
+from diffvoice.voice.state import AppState
 
 TIMEOUT_S = 30.0 * float(os.environ.get("DIFFVOICE_TEST_TIMEOUT_SCALE", "1"))
 NAMES = ("receptionist", "gpt-3.5-turbo-instruct")

@@ -10,8 +10,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
-from voice.openai_api import make_router
+from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
+from diffvoice.voice.openai_api import make_router
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
                                 reason="models/receptionist-tiny not present")

@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from engine.testing import make_random_checkpoint
+from diffvoice.engine.testing import make_random_checkpoint
 from tests.voice.test_openai_api import _Config, _engine, _LoopbackServer, _State
 
 TIME = r"^([01]\d|2[0-3]):([0-5]\d)$"

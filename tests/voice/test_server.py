@@ -12,7 +12,7 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import scaled
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 
 def _get(url: str) -> bytes:

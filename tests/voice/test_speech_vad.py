@@ -9,8 +9,8 @@ import time
 import numpy as np
 from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
-from latency_bench.corpus import speech_bounds
-from voice.speech_vad import SpeechTrackingVAD
+from diffvoice.latency_bench.corpus import speech_bounds
+from diffvoice.voice.speech_vad import SpeechTrackingVAD
 
 
 async def test_reports_where_and_when_speech_ended(speech):

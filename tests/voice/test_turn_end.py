@@ -20,7 +20,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from test_drafting import CountingEngine, _pipeline
 from voice_fixtures import scaled
 
-from voice.turn_end import MeaningTurnStopStrategy, looks_complete
+from diffvoice.voice.turn_end import MeaningTurnStopStrategy, looks_complete
 
 
 @pytest.mark.parametrize(

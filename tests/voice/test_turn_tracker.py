@@ -20,8 +20,8 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 
-from voice.transport import protocol
-from voice.turn_tracker import TurnTracker
+from diffvoice.voice.transport import protocol
+from diffvoice.voice.turn_tracker import TurnTracker
 
 
 class FakeClock:

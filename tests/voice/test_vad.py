@@ -5,7 +5,7 @@ import numpy as np
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 
-from voice.vad import make_vad, shared_session
+from diffvoice.voice.vad import make_vad, shared_session
 
 
 def _windows(seed: int, n: int):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import websockets
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 CHUNK_BYTES = 640  # 20 ms at 16 kHz
 

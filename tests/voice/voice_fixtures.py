@@ -43,7 +43,7 @@ def _espeak_lib_pcm(text: str, rate_wpm: int) -> bytes:
     """Fallback without the CLI tools: espeak-ng via ctypes + soxr resampling."""
     import soxr
 
-    from voice.tts.espeak import Espeak
+    from diffvoice.voice.tts.espeak import Espeak
 
     es = Espeak.shared()
     audio = np.frombuffer(es.synthesize(text, rate_wpm=rate_wpm), dtype=np.int16)
@@ -56,7 +56,7 @@ class LiveServer:
     def __init__(self, state) -> None:
         import uvicorn
 
-        from voice.server import create_app
+        from diffvoice.voice.server import create_app
 
         self.state = state
         self.app = create_app(state)

@@ -30,8 +30,8 @@ def domain_sentences(
     facts_path: str | Path | None = None, n: int = 3000, seed: int = 0
 ) -> list[str]:
     """Question strings the receptionist model was trained on (plus its held-out phrasings)."""
-    from engine.train.data import DataGenerator, normalize
-    from engine.train.facts import load_facts
+    from diffvoice.engine.train.data import DataGenerator, normalize
+    from diffvoice.engine.train.facts import load_facts
 
     facts = load_facts(facts_path) if facts_path else load_facts()
     generator = DataGenerator(facts)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pipecat.services.settings import STTSettings
 
-from voice.asr.streaming_stt import ASR_EXECUTOR, Segment, StreamingSegmentSTT
+from diffvoice.voice.asr.streaming_stt import ASR_EXECUTOR, Segment, StreamingSegmentSTT
 
 POCKETSPHINX_TTFS_P99_CPU = 1.0
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from loguru import logger
 
-from engine.assets import source_root
-from voice.asr.packaged_models import ALIASES, packaged_whisper_dir
+from diffvoice.engine.assets import source_root
+from diffvoice.voice.asr.packaged_models import ALIASES, packaged_whisper_dir
 
 AUTO_WHISPER_NAMES = ("tiny.en", "base.en", "small.en", "distil-small.en", "tiny", "base")
 
@@ -45,7 +45,7 @@ class AsrBackend:
 
     def make_service(self, **kwargs):
         if self.kind == "whisper":
-            from voice.asr.whisper_stt import WhisperSTT
+            from diffvoice.voice.asr.whisper_stt import WhisperSTT
 
             return WhisperSTT(
                 self.model,
@@ -54,7 +54,7 @@ class AsrBackend:
                 options=streaming_options(**self.options),
                 **kwargs,
             )
-        from voice.asr.pocketsphinx_stt import PocketsphinxSTT
+        from diffvoice.voice.asr.pocketsphinx_stt import PocketsphinxSTT
 
         return PocketsphinxSTT(self.model, **kwargs)
 
@@ -63,8 +63,8 @@ def streaming_options(**options: Any):
     """StreamingOptions from flat keyword options (PassOptions fields are accepted too)."""
     from dataclasses import fields
 
-    from voice.asr.whisper_pass import PassOptions
-    from voice.asr.whisper_stt import StreamingOptions
+    from diffvoice.voice.asr.whisper_pass import PassOptions
+    from diffvoice.voice.asr.whisper_stt import StreamingOptions
 
     pass_keys = {f.name for f in fields(PassOptions)}
     stream_keys = {f.name for f in fields(StreamingOptions)} - {"passes"}
@@ -163,7 +163,11 @@ def _domain_lm(facts_path: str | Path | None) -> Path:
 
     from pocketsphinx import get_model_path
 
-    from voice.asr.pocketsphinx_lm import domain_sentences, load_dictionary_words, write_arpa
+    from diffvoice.voice.asr.pocketsphinx_lm import (
+        domain_sentences,
+        load_dictionary_words,
+        write_arpa,
+    )
 
     facts_text = Path(facts_path).read_bytes() if facts_path else b"default"
     key = hashlib.sha1(facts_text + b"|lm-v1").hexdigest()[:16]
@@ -186,7 +190,7 @@ def load_pocketsphinx(
 ) -> AsrBackend:
     """pocketsphinx en-us; with `domain_lm` a bigram LM of receptionist questions replaces the
     general English LM (faster and far more accurate in-domain; see voice.asr.pocketsphinx_lm)."""
-    from voice.asr.pocketsphinx_stt import DecoderPool
+    from diffvoice.voice.asr.pocketsphinx_stt import DecoderPool
 
     warnings = list(warnings or [])
     started = time.perf_counter()
@@ -213,7 +217,7 @@ def resolve_asr(
 ) -> AsrBackend:
     if spec in ("pocketsphinx", "pocketsphinx-general"):
         return load_pocketsphinx(domain_lm=spec == "pocketsphinx", facts_path=facts_path)
-    from voice.asr.pass_budget import PassBudget
+    from diffvoice.voice.asr.pass_budget import PassBudget
 
     streaming_options(**whisper_options)  # a bad option fails here, before any model loads
     warnings: list[str] = []

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 from pipecat.services.settings import STTSettings
 
-from voice.asr.local_agreement import LocalAgreement
-from voice.asr.pass_budget import PassBudget
-from voice.asr.streaming_stt import Segment, StreamingSegmentSTT
-from voice.asr.whisper_pass import PassOptions, PassResult, WhisperPassRunner
+from diffvoice.voice.asr.local_agreement import LocalAgreement
+from diffvoice.voice.asr.pass_budget import PassBudget
+from diffvoice.voice.asr.streaming_stt import Segment, StreamingSegmentSTT
+from diffvoice.voice.asr.whisper_pass import PassOptions, PassResult, WhisperPassRunner
 
 WHISPER_TTFS_P99_CPU = 1.0  # seconds, speech end -> final transcript (pipecat's turn logic)
 

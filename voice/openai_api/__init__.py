@@ -6,7 +6,12 @@
 together in one engine) or alone (`diffvoice serve --api-only`). See docs/openai-api.md.
 """
 
-from voice.openai_api.request import EFFORT_PRESETS, ChatRequest, OpenAIError, parse_chat_request
-from voice.openai_api.router import make_router
+from diffvoice.voice.openai_api.request import (
+    EFFORT_PRESETS,
+    ChatRequest,
+    OpenAIError,
+    parse_chat_request,
+)
+from diffvoice.voice.openai_api.router import make_router
 
 __all__ = ["EFFORT_PRESETS", "ChatRequest", "OpenAIError", "make_router", "parse_chat_request"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.params import SamplingParams
-from voice.openai_api.request import (
+from diffvoice.engine.params import SamplingParams
+from diffvoice.voice.openai_api.request import (
     OpenAIError,
     _invalid,
     sampling_params,

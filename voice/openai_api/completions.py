@@ -25,11 +25,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from engine import EngineOverloaded
-from voice.json_input import JSONInputError, loads_untrusted
-from voice.openai_api.completion_request import CompletionRequest, parse_completion_request
-from voice.openai_api.metrics import ApiMetrics
-from voice.openai_api.request import OpenAIError
+from diffvoice.engine import EngineOverloaded
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.openai_api.completion_request import (
+    CompletionRequest,
+    parse_completion_request,
+)
+from diffvoice.voice.openai_api.metrics import ApiMetrics
+from diffvoice.voice.openai_api.request import OpenAIError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ log = logging.getLogger(__name__)
 def add_completions_route(router: APIRouter, state: Any, *,
                           model_ids: Callable[[], tuple[str, ...]], metrics: ApiMetrics) -> None:
     # the router module is fully imported by the time make_router calls this
-    from voice.openai_api import router as r
+    from diffvoice.voice.openai_api import router as r
 
     engine = state.engine
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from voice.metrics import LATENCY_BUCKETS_S
+from diffvoice.voice.metrics import LATENCY_BUCKETS_S
 
 TOKENS_PER_SECOND_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
                              2000.0, 5000.0)

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine.params import DECODINGS, POLICIES, SamplingParams
+from diffvoice.engine.params import DECODINGS, POLICIES, SamplingParams
 
 
 class OpenAIError(Exception):

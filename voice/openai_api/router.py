@@ -35,10 +35,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
-from engine import EngineOverloaded, SamplingParams
-from voice.json_input import JSONInputError, loads_untrusted
-from voice.openai_api.metrics import ApiMetrics, api_metrics_for
-from voice.openai_api.request import (
+from diffvoice.engine import EngineOverloaded, SamplingParams
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.openai_api.metrics import ApiMetrics, api_metrics_for
+from diffvoice.voice.openai_api.request import (
     ChatRequest,
     OpenAIError,
     api_field_names,
@@ -341,7 +341,7 @@ def make_router(state: Any) -> APIRouter:
 
         return _SlotReleasingStream(events(), on_close=release)
 
-    from voice.openai_api.completions import add_completions_route
+    from diffvoice.voice.openai_api.completions import add_completions_route
 
     add_completions_route(router, state, model_ids=model_ids, metrics=api_metrics)
     return router

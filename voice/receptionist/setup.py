@@ -30,7 +30,7 @@ def receptionist_for(config, engine, warnings: list[str]):
     if mode == "auto" and not (facts.is_file() and trained_for_tools(engine)):
         return None
     try:
-        from voice.receptionist.tools import ReceptionistTools
+        from diffvoice.voice.receptionist.tools import ReceptionistTools
 
         tools = ReceptionistTools.for_model(config.model, db_path=config.appointments_db)
     except (ImportError, OSError, ValueError) as exc:

@@ -20,7 +20,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from voice.receptionist.book import DAYS, AppointmentBook, parse_hhmm
+from diffvoice.voice.receptionist.book import DAYS, AppointmentBook, parse_hhmm
 
 MAX_OFFERED = 3
 DB_FILENAME = "appointments.sqlite3"
@@ -28,7 +28,7 @@ DB_FILENAME = "appointments.sqlite3"
 
 class ReceptionistTools:
     def __init__(self, book: AppointmentBook, facts) -> None:
-        from engine.train.tool_schemas import tool_schemas
+        from diffvoice.engine.train.tool_schemas import tool_schemas
 
         self.book = book
         self.facts = facts
@@ -38,7 +38,7 @@ class ReceptionistTools:
     @classmethod
     def for_model(cls, model_dir: str | Path, db_path: str | Path | None = None,
                   facts_path: str | Path | None = None) -> ReceptionistTools:
-        from engine.train.facts import load_facts
+        from diffvoice.engine.train.facts import load_facts
 
         model_dir = Path(model_dir)
         facts = load_facts(facts_path or model_dir / "facts.yaml")

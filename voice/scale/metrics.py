@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from voice.metrics import VoiceMetrics
+from diffvoice.voice.metrics import VoiceMetrics
 
 HUB_NAME = "diffvoice-metrics-hub"
 HUB_NAMESPACE = "diffvoice"

@@ -29,7 +29,7 @@ import dataclasses
 import threading
 import time
 
-from voice.config import ServeConfig
+from diffvoice.voice.config import ServeConfig
 
 APP_NAME = "diffvoice"
 DEPLOYMENT_NAME = "VoiceReplica"
@@ -47,8 +47,8 @@ class VoiceReplica:
         import torch
         from ray import serve
 
-        from voice.cli_serve import load_state
-        from voice.scale.metrics import ReplicaMetrics, hub_actor
+        from diffvoice.voice.cli_serve import load_state
+        from diffvoice.voice.scale.metrics import ReplicaMetrics, hub_actor
 
         self.config = ServeConfig(**config)
         context = serve.get_replica_context()
@@ -69,8 +69,8 @@ class VoiceReplica:
     def __serve_build_asgi_app__(self):
         from fastapi.responses import Response
 
-        from voice.cli_serve import build_app
-        from voice.scale.metrics import CONTENT_TYPE_LATEST, merge_expositions
+        from diffvoice.voice.cli_serve import build_app
+        from diffvoice.voice.scale.metrics import CONTENT_TYPE_LATEST, merge_expositions
 
         app = build_app(self.state)
         hub = self._hub
@@ -155,7 +155,7 @@ def deployment_options(config: ServeConfig) -> dict:
         # only stops an unbounded backlog, it is not the admission limit
         "max_queued_requests": 4 * (config.max_sessions + API_HEADROOM),
         "request_router_config": RequestRouterConfig(
-            request_router_class="voice.scale.router:LeastLoadedRequestRouter"
+            request_router_class="diffvoice.voice.scale.router:LeastLoadedRequestRouter"
         ),
         "health_check_period_s": 5.0,
         "health_check_timeout_s": 30.0,

@@ -14,8 +14,8 @@ Not counted (they live outside the engine's tensors and are added as a reserve i
 docs/scaling.md): the CUDA context, the allocator's cache, activations of one pass, CUDA-graph
 pools, and ASR/TTS models.
 
-    python -m voice.scale.sizing                 # the docs/scaling.md table (meta, instant)
-    python -m voice.scale.sizing --measure-1p5b  # also build the 1.5B shape in bf16 on CPU
+    python -m diffvoice.voice.scale.sizing                 # docs/scaling.md table (meta, instant)
+    python -m diffvoice.voice.scale.sizing --measure-1p5b  # also the 1.5B shape in bf16 on CPU
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import json
 
 import torch
 
-from engine.config import ModelConfig
-from engine.model import DiffusionLM
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.model import DiffusionLM
 
 GiB = 1024**3
 
@@ -134,7 +134,8 @@ def table(gpu_gib: float = 141.0, reserve_gib: float = 3.0, max_running: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m voice.scale.sizing", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.voice.scale.sizing",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu-gib", type=float, default=141.0, help="GPU memory (H200: 141)")
     parser.add_argument("--reserve-gib", type=float, default=3.0,
@@ -156,10 +157,10 @@ def _measure_1p5b(max_running: int, max_seq_len: int) -> dict:
     import tempfile
     from pathlib import Path
 
-    from engine import Engine, EngineConfig
-    from engine.loader import LoadedModel
-    from engine.testing import make_tokenizer
-    from engine.tokenizer import ChatTokenizer
+    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.engine.loader import LoadedModel
+    from diffvoice.engine.testing import make_tokenizer
+    from diffvoice.engine.tokenizer import ChatTokenizer
 
     dims = SHAPES["Fast_dLLM_v2_1.5B (Qwen2.5-1.5B)"]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

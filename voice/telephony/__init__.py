@@ -12,6 +12,6 @@ Nothing in this package builds pipelines or talks to the engine directly: each c
 comes from ``voice.pipeline.build_pipeline``.
 """
 
-from voice.telephony.config import webhook_banner
+from diffvoice.voice.telephony.config import webhook_banner
 
 __all__ = ["webhook_banner"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 
 CLOSE_UNSUPPORTED = 1003
 CLOSE_INVALID_PAYLOAD = 1007

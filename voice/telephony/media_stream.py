@@ -56,9 +56,9 @@ from pipecat.transports.websocket.fastapi import (
     FastAPIWebsocketTransport,
 )
 
-from voice.json_input import JSONInputError, loads_untrusted
-from voice.telephony.playout import PlayoutTracker
-from voice.transport.stale_audio import StaleAudioGuard
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.telephony.playout import PlayoutTracker
+from diffvoice.voice.transport.stale_audio import StaleAudioGuard
 
 logger = logging.getLogger(__name__)
 

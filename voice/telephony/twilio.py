@@ -51,29 +51,29 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
-from voice import malloc_tune
-from voice.call_limits import CallWatchdog
-from voice.telephony import signature, twiml
-from voice.telephony.config import (
+from diffvoice.voice import malloc_tune
+from diffvoice.voice.call_limits import CallWatchdog
+from diffvoice.voice.telephony import signature, twiml
+from diffvoice.voice.telephony.config import (
     STATUS_PATH,
     STREAM_PATH,
     VOICE_PATH,
     TelephonyConfig,
     startup_warnings,
 )
-from voice.telephony.handshake import (
+from diffvoice.voice.telephony.handshake import (
     CLOSE_INVALID_PAYLOAD,
     CLOSE_POLICY,
     HandshakeError,
     StreamHandshake,
     StreamStart,
 )
-from voice.telephony.media_stream import (
+from diffvoice.voice.telephony.media_stream import (
     TWILIO_SAMPLE_RATE,
     CallSerializer,
     TwilioMediaStreamTransport,
 )
-from voice.telephony.playout import PlayoutTracker
+from diffvoice.voice.telephony.playout import PlayoutTracker
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ async def _run_call(
     from pipecat.pipeline.runner import WorkerRunner
 
     if build_pipeline is None:
-        from voice.pipeline import build_pipeline
+        from diffvoice.voice.pipeline import build_pipeline
 
     call = Call(start.call_sid, start.stream_sid, f"twilio-{uuid.uuid4().hex[:12]}", time.time())
     extra = {"transport": "twilio", "call_sid": call.call_sid, "stream_sid": call.stream_sid}

@@ -32,7 +32,7 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
-from voice.transport.stale_audio import StaleAudioGuard
+from diffvoice.voice.transport.stale_audio import StaleAudioGuard
 
 SendAudio = Callable[[bytes], Awaitable[bool]]
 

@@ -26,7 +26,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 
 PROTOCOL_VERSION = 1
 INPUT_SAMPLE_RATE = 16000

@@ -34,11 +34,11 @@ from loguru import logger
 from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from voice import malloc_tune
-from voice.access import origin_allowed, ws_credential_ok
-from voice.pipeline import build_pipeline
-from voice.transport import protocol
-from voice.transport.browser import BrowserTransport
+from diffvoice.voice import malloc_tune
+from diffvoice.voice.access import origin_allowed, ws_credential_ok
+from diffvoice.voice.pipeline import build_pipeline
+from diffvoice.voice.transport import protocol
+from diffvoice.voice.transport.browser import BrowserTransport
 
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0

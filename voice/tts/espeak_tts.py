@@ -22,8 +22,8 @@ from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
-from voice.tts.clause_aggregator import ClauseTextAggregator
-from voice.tts.espeak import Espeak
+from diffvoice.voice.tts.clause_aggregator import ClauseTextAggregator
+from diffvoice.voice.tts.espeak import Espeak
 
 CHUNK_SECS = 0.2  # audio per TTSAudioRawFrame
 

@@ -37,8 +37,8 @@ class TtsBackend:
 
 
 def _espeak(voice: str | None, warnings: list[str]) -> TtsBackend:
-    from voice.tts.espeak import Espeak
-    from voice.tts.espeak_tts import EspeakTTSService
+    from diffvoice.voice.tts.espeak import Espeak
+    from diffvoice.voice.tts.espeak_tts import EspeakTTSService
 
     voice = voice or "en-us"
     rate = Espeak.shared().sample_rate
@@ -64,13 +64,13 @@ def _kokoro(voice: str | None, model_dir: str | None, warnings: list[str]) -> Tt
 
 
 def _kokoro_packaged(voice: str | None, warnings: list[str]) -> TtsBackend | None:
-    from voice.tts import kokoro_model
+    from diffvoice.voice.tts import kokoro_model
 
     reason = kokoro_model.missing_reason()
     if reason:
         warnings.append(f"kokoro: {reason}")
         return None
-    from voice.tts.kokoro_tts import PackagedKokoroTTSService
+    from diffvoice.voice.tts.kokoro_tts import PackagedKokoroTTSService
 
     voice = voice or kokoro_model.DEFAULT_VOICE
     if voice not in kokoro_model.VOICES:
@@ -94,7 +94,7 @@ def _kokoro_files(voice: str | None, model: Path, voices: Path,
     except ImportError as e:
         warnings.append(f"kokoro: package missing ({e}); pip install 'pipecat-ai[kokoro]'")
         return None
-    from voice.tts.kokoro_tts import STOP_FRAME_TIMEOUT_S
+    from diffvoice.voice.tts.kokoro_tts import STOP_FRAME_TIMEOUT_S
 
     voice = voice or "af_heart"
     settings = KokoroTTSService.Settings(voice=voice)

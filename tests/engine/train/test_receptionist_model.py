@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
-from engine.loader import load_checkpoint
-from engine.train.cli import add_eval_arguments, run_eval
-from engine.train.data import DataGenerator
-from engine.train.evaluate import score
-from engine.train.facts import load_facts
+from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
+from diffvoice.engine.loader import load_checkpoint
+from diffvoice.engine.train.cli import add_eval_arguments, run_eval
+from diffvoice.engine.train.data import DataGenerator
+from diffvoice.engine.train.evaluate import score
+from diffvoice.engine.train.facts import load_facts
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
                                 reason="models/receptionist-tiny not present")

@@ -9,13 +9,13 @@ import random
 import pytest
 import yaml
 
-from engine import Engine, EngineConfig, SamplingParams
-from engine.testing import make_random_checkpoint
-from engine.tokenizer import ChatTokenizer
-from engine.train.build_tokenizer import TOOL_TOKENS, train_tokenizer
-from engine.train.clarify import CLARIFY, guard
-from engine.train.data import DataGenerator, normalize
-from engine.train.dialogues import (
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.testing import make_random_checkpoint
+from diffvoice.engine.tokenizer import ChatTokenizer
+from diffvoice.engine.train.build_tokenizer import TOOL_TOKENS, train_tokenizer
+from diffvoice.engine.train.clarify import CLARIFY, guard
+from diffvoice.engine.train.data import DataGenerator, normalize
+from diffvoice.engine.train.dialogues import (
     ANSWER_NAME,
     BOOK_VERBS,
     FIRST,
@@ -24,10 +24,14 @@ from engine.train.dialogues import (
     LAST_HELD,
     say_time,
 )
-from engine.train.evaluate import score
-from engine.train.facts import DEFAULT_FACTS_PATH, load_facts, parse_facts
-from engine.train.independent import independent_examples, load_independent, training_overlap
-from engine.train.tool_schemas import (
+from diffvoice.engine.train.evaluate import score
+from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH, load_facts, parse_facts
+from diffvoice.engine.train.independent import (
+    independent_examples,
+    load_independent,
+    training_overlap,
+)
+from diffvoice.engine.train.tool_schemas import (
     parse_tool_call,
     slot_times,
     spoken_time,

@@ -6,9 +6,9 @@ import random
 import pytest
 import yaml
 
-from engine.train.data import DataGenerator, normalize
-from engine.train.facts import DEFAULT_FACTS_PATH, load_facts, parse_facts
-from engine.train.templates import FACT_INTENTS, QUESTIONS
+from diffvoice.engine.train.data import DataGenerator, normalize
+from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH, load_facts, parse_facts
+from diffvoice.engine.train.templates import FACT_INTENTS, QUESTIONS
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ import json
 
 import torch
 
-from engine.loader import load_checkpoint
-from engine.train.cli import add_train_arguments, run_train
-from engine.train.objective import masked_loss
-from engine.train.trainer import BatchMaker, TrainConfig, setup, train
+from diffvoice.engine.loader import load_checkpoint
+from diffvoice.engine.train.cli import add_train_arguments, run_train
+from diffvoice.engine.train.objective import masked_loss
+from diffvoice.engine.train.trainer import BatchMaker, TrainConfig, setup, train
 
 TINY = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
             intermediate_size=64, vocab_size=400, tokenizer_samples=300, batch_size=8,

@@ -6,9 +6,9 @@ import random
 
 import torch
 
-from engine.config import ModelConfig
-from engine.model import DiffusionLM
-from engine.train.objective import IGNORE, build_batch, example_layout
+from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.model import DiffusionLM
+from diffvoice.engine.train.objective import IGNORE, build_batch, example_layout
 
 BS, V, MASK, EOS = 4, 50, 49, 48
 

@@ -4,8 +4,13 @@ engine's own tokenizer loader renders it."""
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from engine.tokenizer import ChatTokenizer
-from engine.train.build_tokenizer import EOS_TOKEN, MASK_TOKEN, SPECIAL_TOKENS, train_tokenizer
+from diffvoice.engine.tokenizer import ChatTokenizer
+from diffvoice.engine.train.build_tokenizer import (
+    EOS_TOKEN,
+    MASK_TOKEN,
+    SPECIAL_TOKENS,
+    train_tokenizer,
+)
 
 CORPUS = [" what time do you open on friday?", "On Fridays we're open from 8 am to 3 pm.",
           " how much is a cleaning", "A cleaning is 95 dollars.", " hi there"] * 20

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def pocketsphinx_backend():
-    from voice.asr.resolve import resolve_asr
+    from diffvoice.voice.asr.resolve import resolve_asr
 
     backend = resolve_asr("pocketsphinx", "cpu")
     assert backend.name == "pocketsphinx:en-us+domain-lm", backend.warnings

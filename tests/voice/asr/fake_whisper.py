@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from voice.asr.whisper_pass import PassResult
+from diffvoice.voice.asr.whisper_pass import PassResult
 
 WORDS = [f"w{i}" for i in range(400)]
 

@@ -24,8 +24,8 @@ from pipecat.processors.aggregators.llm_response_universal import (
 )
 from pipecat.tests.utils import SleepFrame, run_test
 
-from voice.frame_tap import FrameTap
-from voice.pipeline import _turn_strategies
+from diffvoice.voice.frame_tap import FrameTap
+from diffvoice.voice.pipeline import _turn_strategies
 
 RATE = 16000
 CHUNK = 320  # 20 ms

@@ -16,9 +16,9 @@ from pipecat.workers.runner import WorkerRunner
 from streaming_helpers import Heard, audio_frames, tone
 from voice_fixtures import scaled
 
-from voice.asr.pass_budget import PassBudget
-from voice.asr.whisper_stt import StreamingOptions, WhisperSTT
-from voice.frame_tap import FrameTap
+from diffvoice.voice.asr.pass_budget import PassBudget
+from diffvoice.voice.asr.whisper_stt import StreamingOptions, WhisperSTT
+from diffvoice.voice.frame_tap import FrameTap
 
 
 async def _until(predicate, secs: float) -> bool:

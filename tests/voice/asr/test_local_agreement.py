@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from voice.asr.local_agreement import LocalAgreement, normalize_word
+from diffvoice.voice.asr.local_agreement import LocalAgreement, normalize_word
 
 
 def _reference(hypotheses: list[list[str]]) -> list[list[str]]:

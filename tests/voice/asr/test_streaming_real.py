@@ -8,7 +8,7 @@ import pytest
 from pipecat.frames.frames import InterimTranscriptionFrame, TranscriptionFrame
 from streaming_helpers import run_with_silero
 
-from voice.asr.resolve import resolve_asr
+from diffvoice.voice.asr.resolve import resolve_asr
 
 QUESTION = "what time do you open on saturday"
 

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 from voice_fixtures import TINY_WHISPER
 
-from voice.asr.whisper_pass import FULL_WINDOW_FRAMES, PassOptions, WhisperPassRunner, trim_loop
+from diffvoice.voice.asr.whisper_pass import (
+    FULL_WINDOW_FRAMES,
+    PassOptions,
+    WhisperPassRunner,
+    trim_loop,
+)
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from fake_whisper import WORDS, FakeRunner
 from pipecat.frames.frames import InterimTranscriptionFrame, TranscriptionFrame
 from streaming_helpers import run_with_vad_frames, silence, tone
 
-from voice.asr.pass_budget import PassBudget
-from voice.asr.whisper_stt import StreamingOptions, WhisperSTT
+from diffvoice.voice.asr.pass_budget import PassBudget
+from diffvoice.voice.asr.whisper_stt import StreamingOptions, WhisperSTT
 
 
 def _stt(runner, budget=None, **options) -> WhisperSTT:

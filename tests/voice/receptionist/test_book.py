@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("engine.train.tool_schemas", reason="needs recep's engine/train/tool_schemas")
-
-from engine.train.facts import DEFAULT_FACTS_PATH, load_facts  # noqa: E402
-from voice.receptionist.book import AppointmentBook, duration_minutes  # noqa: E402
-from voice.receptionist.tools import ReceptionistTools  # noqa: E402
+from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH, load_facts  # noqa: E402
+from diffvoice.voice.receptionist.book import AppointmentBook, duration_minutes  # noqa: E402
+from diffvoice.voice.receptionist.tools import ReceptionistTools  # noqa: E402
 
 
 def facts_file(tmp_path: Path) -> Path:

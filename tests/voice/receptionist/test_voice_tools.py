@@ -15,19 +15,16 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 
-from voice.transport import protocol
-
-pytest.importorskip("engine.train.tool_schemas", reason="needs recep's engine/train/tool_schemas")
-
+from diffvoice.voice.transport import protocol
 from tests.voice.receptionist.test_book import facts_file  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def server(random_engine, tmp_path_factory):
-    from voice.asr.resolve import resolve_asr
-    from voice.config import ServeConfig
-    from voice.receptionist.tools import ReceptionistTools
-    from voice.state import AppState
+    from diffvoice.voice.asr.resolve import resolve_asr
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.receptionist.tools import ReceptionistTools
+    from diffvoice.voice.state import AppState
 
     tmp = tmp_path_factory.mktemp("voice-tools")
     config = ServeConfig(port=0, model="random-sdar", asr=str(TINY_WHISPER), stop_secs=0.4,
@@ -51,7 +48,7 @@ def server(random_engine, tmp_path_factory):
 
 @pytest.fixture
 def decides_to_call(monkeypatch):
-    from voice.llm_service import DiffusionLLMService
+    from diffvoice.voice.llm_service import DiffusionLLMService
 
     real = DiffusionLLMService._params_for
 

@@ -22,7 +22,7 @@ serve = pytest.importorskip("ray.serve")
 from voice_client import connect, send_pcm  # noqa: E402
 from voice_fixtures import scaled  # noqa: E402
 
-from voice.transport import protocol  # noqa: E402
+from diffvoice.voice.transport import protocol  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +41,8 @@ def _free_port() -> int:
 def cluster():
     if not MODEL.is_dir():
         pytest.skip("the shipped model is missing")
-    from voice.config import ServeConfig
-    from voice.scale.ray_serve import start
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.scale.ray_serve import start
 
     port = _free_port()
     config = ServeConfig(host="127.0.0.1", port=port, model=str(MODEL), asr="pocketsphinx",
@@ -60,7 +60,7 @@ def cluster():
 
 
 async def _replicas():
-    from voice.scale.metrics import HUB_NAME, HUB_NAMESPACE
+    from diffvoice.voice.scale.metrics import HUB_NAME, HUB_NAMESPACE
 
     hub = ray.get_actor(HUB_NAME, namespace=HUB_NAMESPACE)
     deadline = time.monotonic() + scaled(30)
@@ -160,7 +160,7 @@ async def test_cluster_metrics_show_both_replicas(cluster):
 
 
 async def test_losing_a_replica_ends_only_its_calls(cluster, speech):
-    from voice.scale.metrics import HUB_NAME, HUB_NAMESPACE
+    from diffvoice.voice.scale.metrics import HUB_NAME, HUB_NAMESPACE
 
     pcm = speech(QUESTION)
     answered, hang_up = [], asyncio.Event()

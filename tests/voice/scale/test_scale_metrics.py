@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from voice.scale.metrics import MetricsHub, ReplicaMetrics, merge_expositions
+from diffvoice.voice.scale.metrics import MetricsHub, ReplicaMetrics, merge_expositions
 
 
 def _turn(ms: float) -> dict:
@@ -52,7 +52,7 @@ def test_merge_keeps_each_family_once_and_every_replica_series():
 def test_hub_forgets_replicas_it_has_not_heard_from(monkeypatch):
     hub = MetricsHub()
     clock = [1000.0]
-    monkeypatch.setattr("voice.scale.metrics.time.time", lambda: clock[0])
+    monkeypatch.setattr("diffvoice.voice.scale.metrics.time.time", lambda: clock[0])
     hub.post("old", "x", {"pid": 1})
     clock[0] += 20
     hub.post("new", "y", {"pid": 2})

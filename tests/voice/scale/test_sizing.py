@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import Engine, EngineConfig
-from engine.testing import make_random_checkpoint
-from voice.scale.sizing import GiB, engine_tensor_bytes, planned_bytes, replicas_per_gpu, table
+from diffvoice.engine import Engine, EngineConfig
+from diffvoice.engine.testing import make_random_checkpoint
+from diffvoice.voice.scale.sizing import (
+    GiB,
+    engine_tensor_bytes,
+    planned_bytes,
+    replicas_per_gpu,
+    table,
+)
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada"])

@@ -20,8 +20,8 @@ from conftest import scaled
 from fastapi import FastAPI
 from twilio_peer import TwilioPeer, spoken_ulaw
 
-from voice.telephony import signature
-from voice.telephony.twilio import ActiveCalls, make_router
+from diffvoice.voice.telephony import signature
+from diffvoice.voice.telephony.twilio import ActiveCalls, make_router
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_WHISPER = REPO / "tests" / "assets" / "whisper-tiny-random"
@@ -31,8 +31,8 @@ CALL_SID = "CA" + "c" * 32
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from engine import Engine, EngineConfig
-    from engine.testing import make_random_checkpoint
+    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.engine.testing import make_random_checkpoint
 
     ckpt = make_random_checkpoint(tmp_path_factory.mktemp("m") / "ckpt", family="sdar")
     eng = Engine.from_pretrained(ckpt, EngineConfig(max_running=4, device="cpu"))
@@ -43,8 +43,8 @@ def engine(tmp_path_factory):
 
 @pytest.fixture
 def server_state(engine, tmp_path):
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     config = ServeConfig(
         model="random-sdar-checkpoint",

@@ -7,14 +7,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from voice.telephony.handshake import (
+from diffvoice.voice.telephony.handshake import (
     CLOSE_INVALID_PAYLOAD,
     CLOSE_POLICY,
     CLOSE_UNSUPPORTED,
     HandshakeError,
     StreamHandshake,
 )
-from voice.telephony.twiml import connect_stream
+from diffvoice.voice.telephony.twiml import connect_stream
 
 CONNECTED = json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
 

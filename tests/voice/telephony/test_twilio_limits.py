@@ -20,9 +20,9 @@ from test_twilio_signature import reference_signature
 from test_twilio_webhook import post
 from twilio_peer import TwilioPeer
 
-from voice.telephony import signature
-from voice.telephony.media_stream import MAX_MALFORMED
-from voice.telephony.twilio import ActiveCalls, make_router
+from diffvoice.voice.telephony import signature
+from diffvoice.voice.telephony.media_stream import MAX_MALFORMED
+from diffvoice.voice.telephony.twilio import ActiveCalls, make_router
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_WHISPER = REPO / "tests" / "assets" / "whisper-tiny-random"
@@ -32,8 +32,8 @@ PUBLIC = "http://127.0.0.1"
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from engine import Engine, EngineConfig
-    from engine.testing import make_random_checkpoint
+    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.engine.testing import make_random_checkpoint
 
     ckpt = make_random_checkpoint(tmp_path_factory.mktemp("m") / "ckpt", family="sdar")
     eng = Engine.from_pretrained(ckpt, EngineConfig(max_running=4, device="cpu"))
@@ -43,8 +43,8 @@ def engine(tmp_path_factory):
 
 @pytest.fixture
 def state(engine, tmp_path):
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     config = ServeConfig(model="random", device="cpu", asr=str(TINY_WHISPER), stop_secs=0.3,
                          max_new_tokens=8, twilio_auth_token=TOKEN, idle_timeout_s=1.5,

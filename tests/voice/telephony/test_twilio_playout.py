@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from voice.telephony.playout import PlayoutTracker
+from diffvoice.voice.telephony.playout import PlayoutTracker
 
 
 def record(turn: int, vad_stop_t: float, sent_t: float) -> dict:

@@ -16,7 +16,7 @@ import string
 
 import pytest
 
-from voice.telephony import signature
+from diffvoice.voice.telephony import signature
 
 
 def reference_signature(auth_token: str, url: str, params: dict[str, str]) -> str:

@@ -29,8 +29,8 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameProcessor
 from twilio_peer import TwilioPeer, spoken_ulaw
 
-from voice.telephony import signature
-from voice.telephony.twilio import ActiveCalls, make_router
+from diffvoice.voice.telephony import signature
+from diffvoice.voice.telephony.twilio import ActiveCalls, make_router
 
 TOKEN = "transport-test-token"
 RATE = 16000

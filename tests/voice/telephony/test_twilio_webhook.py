@@ -18,8 +18,8 @@ import pytest
 from fastapi import FastAPI
 from test_twilio_signature import reference_signature
 
-from voice.telephony import signature, webhook_banner
-from voice.telephony.twilio import make_router
+from diffvoice.voice.telephony import signature, webhook_banner
+from diffvoice.voice.telephony.twilio import make_router
 
 TOKEN = "test-auth-token-0123456789"
 PUBLIC = "https://agent.example.ngrok.app"
@@ -86,7 +86,7 @@ def test_bad_signature_is_refused_and_logged(server, case, caplog):
         sig = None
     elif case == "other_url":
         sig = reference_signature(TOKEN, "https://elsewhere.example/telephony/twilio/voice", CALL)
-    with caplog.at_level(logging.WARNING, logger="voice.telephony.twilio"):
+    with caplog.at_level(logging.WARNING, logger="diffvoice.voice.telephony.twilio"):
         status, body = post(http + "/telephony/twilio/voice", params, sig)
     assert status == 403
     assert "Stream" not in body
@@ -109,7 +109,7 @@ def test_status_callback_is_logged_without_phone_numbers(server):
 def test_validation_off_accepts_unsigned_and_warns(live_server, caplog):
     config = SimpleNamespace(public_url=None, twilio_auth_token=None, twilio_validate=False)
     app = FastAPI()
-    with caplog.at_level(logging.WARNING, logger="voice.telephony.twilio"):
+    with caplog.at_level(logging.WARNING, logger="diffvoice.voice.telephony.twilio"):
         app.include_router(make_router(SimpleNamespace(config=config, engine=None)))
     assert any("VALIDATION IS OFF" in r.getMessage() for r in caplog.records)
     assert "VALIDATION IS OFF" in webhook_banner(config)

@@ -8,7 +8,7 @@ import string
 
 import pytest
 
-from voice.transport import protocol as p
+from diffvoice.voice.transport import protocol as p
 
 
 def _rand_text(rng: random.Random, n: int = 12) -> str:

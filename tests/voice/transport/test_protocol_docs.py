@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
 

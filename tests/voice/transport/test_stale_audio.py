@@ -3,7 +3,7 @@ transport after the interruption is dropped, audio of the next answer is not."""
 
 from pipecat.frames.frames import OutputAudioRawFrame, TTSStartedFrame
 
-from voice.transport.browser import BrowserTransport
+from diffvoice.voice.transport.browser import BrowserTransport
 
 
 def _chunk() -> OutputAudioRawFrame:

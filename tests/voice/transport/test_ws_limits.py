@@ -17,7 +17,7 @@ import pytest
 import websockets
 from voice_fixtures import LiveServer, scaled
 
-from voice.transport import protocol
+from diffvoice.voice.transport import protocol
 
 KEY = "sk-rel-test"
 
@@ -27,7 +27,7 @@ class _AppServer(LiveServer):
 
     def __init__(self, state) -> None:
         super().__init__(state)
-        from voice.cli_serve import build_app
+        from diffvoice.voice.cli_serve import build_app
 
         self.app = build_app(state)
         self.server.config.app = self.app

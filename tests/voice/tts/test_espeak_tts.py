@@ -20,9 +20,9 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 
-from voice.tts.clause_aggregator import CLAUSE_PUNCTUATION, split_clauses
-from voice.tts.espeak import Espeak
-from voice.tts.espeak_tts import EspeakTTSService, speakable
+from diffvoice.voice.tts.clause_aggregator import CLAUSE_PUNCTUATION, split_clauses
+from diffvoice.voice.tts.espeak import Espeak
+from diffvoice.voice.tts.espeak_tts import EspeakTTSService, speakable
 
 RATE = Espeak.shared().sample_rate
 

@@ -15,8 +15,8 @@ import pytest
 from voice_client import connect, send_pcm
 from voice_fixtures import LiveServer, scaled
 
-from voice.transport import protocol
-from voice.tts import kokoro_model
+from diffvoice.voice.transport import protocol
+from diffvoice.voice.tts import kokoro_model
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,9 +32,9 @@ def _turn_done(call) -> bool:
 
 @pytest.fixture(scope="module")
 def kokoro_server():
-    from engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
-    from voice.config import ServeConfig
-    from voice.state import AppState
+    from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
+    from diffvoice.voice.config import ServeConfig
+    from diffvoice.voice.state import AppState
 
     engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(device="cpu", max_running=2))
     config = ServeConfig(port=0, model=str(DEFAULT_MODEL_DIR), asr="pocketsphinx", tts="kokoro",

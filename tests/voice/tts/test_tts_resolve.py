@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice.tts.resolve import resolve_tts
+from diffvoice.voice.tts.resolve import resolve_tts
 
 
 def test_espeak_default():
@@ -13,7 +13,7 @@ def test_espeak_default():
 
 
 def test_missing_kokoro_and_piper_files_fall_back_to_espeak(tmp_path, monkeypatch):
-    from voice.tts import kokoro_model
+    from diffvoice.voice.tts import kokoro_model
 
     # without kokoro-v1.0.onnx in model_dir and without the packaged voice
     monkeypatch.setattr(kokoro_model, "missing_reason", lambda: "packages not installed: x")
@@ -27,7 +27,7 @@ def test_missing_kokoro_and_piper_files_fall_back_to_espeak(tmp_path, monkeypatc
 def test_kokoro_without_files_uses_the_packaged_int8_voice(tmp_path):
     import pytest
 
-    from voice.tts import kokoro_model
+    from diffvoice.voice.tts import kokoro_model
 
     reason = kokoro_model.missing_reason()
     if reason:
