@@ -17,7 +17,13 @@ import sys
 from pathlib import Path
 
 from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD
-from diffvoice.engine.train.evaluate import DEFAULT_SETTINGS, evaluate, markdown_table
+from diffvoice.engine.train.evaluate import (
+    DEFAULT_PATHS,
+    DEFAULT_SETTINGS,
+    PATHS,
+    evaluate,
+    markdown_table,
+)
 from diffvoice.engine.train.trainer import TrainConfig, train
 
 _HELP = {
@@ -115,7 +121,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fact sheet of the held-out questions (default MODEL/facts.yaml)")
     parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS),
                         help="decoding settings: low_confidence:STEPS_PER_BLOCK, threshold:P, "
-                             "entropy:GAMMA")
+                             "entropy:GAMMA, each optionally @fast or @reference (the "
+                             "decoding; constrained tool rows always decode fast)")
     parser.add_argument("--per-template", type=int, default=1,
                         help="renderings of each held-out template per slot value")
     parser.add_argument("--limit", type=int, default=None,
@@ -137,6 +144,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ask a clarifying question when the first block's lowest committed "
                              "confidence is below this (0 = only for replies that are not "
                              "well-formed)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS),
+                        help="decoding paths: free (no tools: the raw figure), tools (the "
+                             "receptionist's tools with tool_choice auto, constrained calls "
+                             "and conversation-narrowed slots: what serve and the API do), "
+                             "tools-schema (the same without the conversation narrowing)")
     parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
 
 
@@ -153,7 +165,7 @@ def run_eval(args: argparse.Namespace) -> int:
         report = evaluate(args.model, args.facts, tuple(args.settings), args.per_template,
                           args.limit, args.max_new_tokens, args.concurrency, args.seed,
                           args.chitchat, args.threads, args.dialogues, args.independent,
-                          args.clarify_below)
+                          args.clarify_below, tuple(args.paths))
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2
