@@ -28,7 +28,8 @@ Decoding paths (`paths`), each over every question set:
                slot masks; a decoded call is scored as its wire text
   tools-schema the same without the conversation narrowing (schema-only constraints)
 Report keys: `settings[spec][set]` (free), `settings[spec][set+tools]`,
-`settings[spec][set+tools-schema]`.
+`settings[spec][set+tools-schema]`; `episodes[spec][path]`: closed-loop booking calls
+(engine/train/episodes.py: the model's own replies fed back, slot filling over turns).
 Requests go one at a time by default so latency is per reply, not per batch.
 """
 
@@ -234,7 +235,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              seed: int = 1234, use_chitchat: bool = True, threads: int = 2,
              dialogues: int = 240, independent: bool = True,
              clarify_below: float = DEFAULT_THRESHOLD,
-             paths: tuple[str, ...] = DEFAULT_PATHS) -> dict:
+             paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60) -> dict:
     """Run every setting over every question set; returns a JSON-able report."""
     import torch
 
@@ -264,7 +265,8 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                                                         max_queued=n_max))
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
                     "threads": threads, "clarify_below": clarify_below, "paths": list(paths),
-                    "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {}}
+                    "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
+                    "episodes": {}}
     try:
         engine.warmup()
         for spec, params in all_params:
@@ -290,6 +292,12 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 res[f"all{suffix}"] = {"summary": _merge([res[k + suffix]["summary"]
                                                           for k in sets])}
             report["settings"][spec] = res
+            if episodes:  # closed-loop booking calls (engine/train/episodes.py)
+                from diffvoice.engine.train.episodes import run_episodes
+
+                report["episodes"][spec] = {
+                    path: asyncio.run(run_episodes(engine, gen, path_params(
+                        path, params, gen.facts), n=episodes, seed=seed + 2)) for path in paths}
     finally:
         engine.close()
     return report
@@ -325,6 +333,10 @@ def markdown_table(report: dict) -> str:
                 f" {_fmt(s['follow_up_accuracy'], s['n_follow'])} |"
                 f" {_fmt(s['well_formed_rate'])} | {_fmt(s['clarify_rate'])} |"
                 f" {s['first_block_p50_s']:.3f} |")
+        for path, ep in report.get("episodes", {}).get(spec, {}).items():
+            lines.append(f"| {spec} | booking calls, closed loop ({path}) |"
+                         f" {_fmt(ep['success_rate'], ep['n'])} booked right,"
+                         f" {_fmt(ep['confirmed_rate'])} confirmed | | | | | | | | | |")
         for name in [k for k in res if k.split("+")[0] == "all"]:
             a = res[name]["summary"]
             lines.append(f"| {spec} | {name} | | | | | | | | {_fmt(a['well_formed_rate'], a['n'])}"
