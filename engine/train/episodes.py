@@ -11,8 +11,8 @@ MAX_TURNS model replies. Tool calls get results from an in-memory book that is f
 {"booked": true}); after a tool result the model must speak (tool_choice "none", as the voice
 service does with one call per caller turn). An episode SUCCEEDS when the model's first
 book_appointment call has the right service, day, time and name; it is CONFIRMED when the
-reply after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply the caller cannot place (not a call, not a
-slot question) ends the episode as failed. Knows nothing about the engine's internals: it calls
+reply after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply
+the caller cannot place (not a call, not a slot question) ends the episode as failed. Knows nothing about the engine's internals: it calls
 `engine.generate(messages, params)`.
 """
 
