@@ -1,19 +1,19 @@
 """Closed-loop booking calls: a scripted caller books through the model's OWN replies.
 
     report = asyncio.run(run_episodes(engine, gen, params, n=60, seed=7))
-Unlike the dialogue set (each turn's history is the ideal one), an episode feeds the model's
-replies back: the caller opens with a held-out phrasing carrying some of service / day / time /
-name (dialogues.Dialogues._opener, split "heldout", held-out caller names), then answers whatever
-the model asks ("what day ...?" -> a held-out day answer, "what time ...?" -> a time,
-"what name ...?" -> the name, "what would you like to come in for ...?" -> the service), up to
-MAX_TURNS model replies. Tool calls get results from an in-memory book that is free everywhere
+Unlike the dialogue set (each turn's history is the ideal one), an episode feeds the model's replies back: the caller
+opens with a held-out phrasing carrying some of service / day / time / name
+(dialogues.Dialogues._opener, split "heldout", held-out caller names), then answers whatever the
+model asks ("what day ...?" -> a held-out day answer, "what time ...?" -> a time, "what name
+...?" -> the name, "what would you like to come in for ...?" -> the service), up to MAX_TURNS
+model replies. Tool calls get results from an in-memory book that is free everywhere
 (check_availability -> the asked time first, then the grid's next ones; book_appointment ->
 {"booked": true}); after a tool result the model must speak (tool_choice "none", as the voice
 service does with one call per caller turn). An episode SUCCEEDS when the model's first
-book_appointment call has the right service, day, time and name; it is CONFIRMED when the
-reply after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply
-the caller cannot place (not a call, not a slot question) ends the episode as failed. Knows nothing about the engine's internals: it calls
-`engine.generate(messages, params)`.
+book_appointment call has the right service, day, time and name; it is CONFIRMED when the reply
+after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply the
+caller cannot place (not a call, not a slot question) ends the episode as failed. Knows nothing
+about the engine's internals: it calls `engine.generate(messages, params)`.
 """
 
 from __future__ import annotations
