@@ -1,7 +1,8 @@
 """Closed-loop booking calls: a scripted caller books through the model's OWN replies.
 
     report = asyncio.run(run_episodes(engine, gen, params, n=60, seed=7))
-Unlike the dialogue set (each turn's history is the ideal one), an episode feeds the model's replies back: the caller
+Unlike the dialogue set (each turn's history is the ideal one), an episode feeds the model's
+replies back: the caller
 opens with a held-out phrasing carrying some of service / day / time / name
 (dialogues.Dialogues._opener, split "heldout", held-out caller names), then answers whatever the
 model asks ("what day ...?" -> a held-out day answer, "what time ...?" -> a time, "what name
