@@ -154,11 +154,15 @@ def times_mentioned(text: str) -> set[str]:
 
 
 def _mentioned(values: list, messages) -> list:
-    """Values mentioned in the newest message that mentions any (else all of `values`)."""
-    for text in reversed(_texts(messages, ("user", "assistant", "tool"))):
-        keep = _mentioned_in(values, text)
-        if keep:
-            return keep + [v for v in values if v is None]
+    """Values mentioned in the newest caller or tool message that mentions any; failing that,
+    in the newest assistant message that does (else all of `values`). The caller's words and
+    the tools' results come first: an assistant message is the model's own earlier output and
+    may have restated a value wrongly."""
+    for roles in (("user", "tool"), ("assistant",)):
+        for text in reversed(_texts(messages, roles)):
+            keep = _mentioned_in(values, text)
+            if keep:
+                return keep + [v for v in values if v is None]
     return values
 
 
