@@ -1,11 +1,13 @@
 """End to end: a spoken booking through the browser protocol against the real server on loopback
 (espeak-ng audio in at a slow, clear 125 words a minute, Whisper tiny.en ASR (the serve default),
 the shipped model at models/receptionist-tiny with its tools decoded by the engine's constrained
-mode and the clarify guard on, as `diffvoice serve` runs it, espeak TTS out). Caller A books a cleaning on Friday at 10 am (answering the bot's slot-filling questions):
-the right row lands in the SQLite book and the bot confirms aloud. Caller B asks for the same
-slot: no second booking, and B is offered another time. Needs the tool-trained receptionist
-model (a `<tool_call>` token in its tokenizer): with an older model the test is skipped with
-that reason (no mock model stands in)."""
+mode and the clarify guard on, as `diffvoice serve` runs it, espeak TTS out). Caller A books a
+cleaning on Friday at 10 am (answering the bot's slot-filling questions): the right row lands
+in the SQLite book and the bot confirms aloud. Caller B asks for the same slot: no second
+booking; the book refuses it and offers other times (whether the bot then SAYS the right times is
+a known failure with the v2 model, below). Needs the tool-trained receptionist model (a
+`<tool_call>` token in its tokenizer): with an older model the test is skipped with that reason
+(no mock model stands in)."""
 
 from __future__ import annotations
 
