@@ -45,7 +45,8 @@ sometime sounds sure thank thanks that that's the then there this time to today 
 um under up us want was we week what when which will with work works would yeah yes you your
 morning afternoon evening noon midday half past quarter three four five six seven eight nine ten
 eleven twelve thirty fifteen forty pm monday tuesday wednesday thursday friday saturday sunday
-appointment visit slot coming next
+appointment visit slot coming next come came give take taking call called fine well here
+thats theres might must may shall wanna gonna got free open available anytime instead again
 """.split())
 _WORD = re.compile(r"[a-z0-9']+(?:[.\-][a-z0-9']+)*")
 
