@@ -16,7 +16,9 @@ Scoring of one reply:
                valid tool call (DataGenerator.is_well_formed) — measured on the raw reply
   clarified    engine.train.clarify.guard replaced the reply by the clarifying question (first
                block confidence below `clarify_below`, or not well-formed); a clarified reply
-               counts as NOT correct in every accuracy
+               counts as NOT correct in every accuracy. As at run time (voice/receptionist/
+               clarify.py) the first-block test applies only to "fast"-decoded requests (every
+               tools request is): the threshold was chosen on their confidences
 Decoding paths (`paths`), each over every question set:
   free         no tools: the reply is free text; a call counts only if the model spells the wire
                text right (the raw figure)
@@ -152,7 +154,11 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
     if call is not None:  # a constrained call: scored (and checked) as its wire text
         text = tool_call_text(call["name"], json.loads(call["arguments"]), list(params.tools))
     conf = last.first_block_confidence
-    final, clarified = guard(text, conf, gen.is_well_formed, clarify_below)
+    # the first-block test only where the threshold is calibrated, exactly as at run time
+    # (voice.receptionist.clarify.ClarifyGuard.calibrated: "fast" decoding or tools)
+    calibrated = params.decoding == "fast" or bool(params.tools)
+    final, clarified = guard(text, conf if calibrated else None, gen.is_well_formed,
+                             clarify_below)
     correct_raw, exact = score(example, text)
     correct = (not clarified) and correct_raw
     return Reply(example.question, len(example.history), example.intent, example.kind,
