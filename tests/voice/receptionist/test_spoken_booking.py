@@ -87,13 +87,17 @@ def _rows(db: Path) -> list[tuple]:
             "SELECT service, day, start_min, name FROM visits ORDER BY id").fetchall()
 
 
-# Whisper tiny.en hears espeak's "can i book ..." as "can i work ..."; this it hears right
+# Whisper tiny.en hears espeak's "can i book ..." as "can i work ..." and a lone "at 10 am" as
+# "I'll turn it in."; these it hears right
 REQUEST = "i need a cleaning on friday at 10 am"
-FOLLOW_UPS = {"name": "my name is {name}", "time": "at 10 am", "day": "on friday at 10 am"}
+FOLLOW_UPS = {"name": "my name is {name}", "time": "10 am please", "day": "at 10 am on friday"}
 
 
-async def _dialogue(live, speech, db, name: str, max_turns: int = 4) -> list[str]:
-    """Ask for the slot, then answer the bot's slot-filling questions (name, day, time)."""
+async def _dialogue(live, speech, db, name: str, max_turns: int = 5) -> list[str]:
+    """Ask for the slot, then answer the bot's slot-filling questions (name, day, time); asked
+    something else (the clarifying question, or an answer that asks nothing), say the request
+    again, as a caller would. On a loaded machine the turn may end at the pause after "friday"
+    (the bot then asks for the time), which this also covers."""
     turns = []
     before = len(_rows(db))
     async with connect(live.ws_url, config={"stop_secs": 0.5}) as (ws, call, _done):
@@ -108,9 +112,7 @@ async def _dialogue(live, speech, db, name: str, max_turns: int = 4) -> list[str
             if len(_rows(db)) > before or "booked" in reply or "instead" in reply:
                 break
             asked = [k for k in FOLLOW_UPS if k in reply]
-            if not asked:
-                break
-            line = FOLLOW_UPS[asked[0]].format(name=name)
+            line = FOLLOW_UPS[asked[0]].format(name=name) if asked else REQUEST
     return turns
 
 
@@ -154,13 +156,16 @@ def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_
     rows = _rows(db)
     assert [(s, d, m, n) for s, d, m, n in rows] == [("cleanings", "friday", 600, "sam jones")], \
         (a, b, rows)
-    assert "booked" in _bot(a[-1:]) and "friday" in _bot(a[-1:]), a  # a spoken confirmation
+    assert "booked" in _bot(a[-1:]), a  # a spoken confirmation (its day/time: see below)
     bookings = [(args, res) for name, args, res in results if name == "book_appointment"]
     assert bookings[0] == ({"service": "cleanings", "day": "friday", "time": "10:00",
                             "name": "sam jones"}, {"booked": True}), results
     # B asked for the same slot: refused by the book (a transaction), alternatives offered
-    assert len(bookings) == 2 and bookings[1][0]["time"] == "10:00", results
-    assert bookings[1][1]["booked"] is False and bookings[1][1]["alternatives"], results
+    # (B may ask twice: after a clarifying question the caller repeats the request)
+    assert len(bookings) >= 2, results
+    for args, res in bookings[1:]:
+        assert (args["day"], args["time"]) == ("friday", "10:00"), results
+        assert res["booked"] is False and res["alternatives"], results
     assert _bot(b[-1:]).strip(), b  # B is answered aloud
     free = live.state.receptionist.book.free_starts("cleanings", "friday")
     assert "10:00" not in free
@@ -168,8 +173,8 @@ def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_
 
 # Known failure, kept running so it shows when fixed (issue 15): the booking call's arguments
 # are decoded under the slot constraints and come out right, but the spoken sentences are free
-# text and the shipped v2 model misstates times in them ("You're booked for a cleaning on Friday
-# at 9 pm." for 10:00; for B's alternatives ["09:00", "11:00", "08:30"] a blend like "... I can
+# text and the shipped v2 model misstates times and days in them ("You're booked for a cleaning
+# on Friday at 9 pm." or "... on Saturday at 9 am." for Friday 10:00; for B's alternatives ["09:00", "11:00", "08:30"] a blend like "... I can
 # do 9:30 am or 1:30ead.", which the clarify guard replaces by its clarifying question). Not
 # strict: a lucky pass must not break the build.
 @pytest.mark.xfail(reason="the v2 model's spoken confirmation and offers misstate the times "
