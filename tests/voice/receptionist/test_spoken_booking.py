@@ -174,16 +174,16 @@ def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_
 # Known failure, kept running so it shows when fixed (issue 15): the booking call's arguments
 # are decoded under the slot constraints and come out right, but the spoken sentences are free
 # text and the shipped v2 model misstates times and days in them ("You're booked for a cleaning
-# on Friday at 9 pm." or "... on Saturday at 9 am." for Friday 10:00; for B's alternatives ["09:00", "11:00", "08:30"] a blend like "... I can
-# do 9:30 am or 1:30ead.", which the clarify guard replaces by its clarifying question). Not
-# strict: a lucky pass must not break the build.
+# on Friday at 9 pm." or "... on Saturday at 9 am." for Friday 10:00; for B's alternatives
+# ["09:00", "11:00", "08:30"] a blend like "... I can do 9:30 am or 1:30ead.", which the clarify
+# guard replaces by its clarifying question). Not strict: a lucky pass must not break the build.
 @pytest.mark.xfail(reason="the v2 model's spoken confirmation and offers misstate the times "
                           "(issue 15)", strict=False)
 def test_spoken_confirmation_and_offers_state_the_right_times(two_callers):
     from diffvoice.engine.train.tool_schemas import spoken_time
 
     a, b, results = two_callers
-    assert "friday at 10 am" in _bot(a[-1:]), a
+    assert "friday at 10 am" in _bot(a[-1:]), a  # the day and the time the book holds
     refused = [res for name, _, res in results if name == "book_appointment"
                and res.get("booked") is False]
     offered = [spoken_time(t) for t in refused[0]["alternatives"]]
