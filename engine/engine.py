@@ -144,7 +144,8 @@ class Engine:
             params = dataclasses.replace(params, decoding="fast")
         params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
         plan = build_plan(params.tools, params.tool_choice, params.response_format,
-                          self.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens)
+                          self.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens,
+                          messages=None if isinstance(messages, str) else messages)
         state = plan.start() if plan is not None else None
         if state is not None and state.structured:  # the answer is the skeleton: its length
             params = dataclasses.replace(params, max_new_tokens=plan.max_length)

@@ -149,6 +149,23 @@ class ServeConfig:
         default=None,
         metadata=_help("SQLite appointment book (default: <model>/appointments.sqlite3)"),
     )
+    # clarify guard (voice/receptionist/clarify.py): a short clarifying question instead of an
+    # unsure or blended reply, on voice calls and the OpenAI API
+    clarify: str = field(
+        default="auto",
+        metadata=_help("ask a clarifying question when the engine is unsure: auto (when the "
+                       "model dir has facts.yaml: the receptionist), on, off"),
+    )
+    clarify_below: float = field(
+        default=0.5,
+        metadata=_help("clarify when the reply's first block was committed with a lowest "
+                       "token probability below this (0 = only for replies not well-formed)"),
+    )
+    clarify_whole_reply: bool = field(
+        default=True,
+        metadata=_help("also hold each reply until complete and clarify when it is not "
+                       "well-formed (costs the reply's remaining blocks before speech starts)"),
+    )
     # --- scale-out on Ray Serve (voice.scale; needs the `ray` extra) ---
     ray: bool = field(
         default=False,
@@ -229,6 +246,9 @@ class ServeConfig:
                 f"{self.receptionist_tools!r}"
             )
         self._check_limits()
+        if self.clarify not in RECEPTIONIST_TOOLS or not 0 <= self.clarify_below <= 1:
+            raise ValueError(f"clarify must be one of {RECEPTIONIST_TOOLS} and clarify_below in "
+                             f"[0, 1], got {self.clarify!r} / {self.clarify_below!r}")
         if not self.host:
             raise ValueError("host must not be empty")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:

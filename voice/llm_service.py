@@ -19,6 +19,9 @@ Contract:
   outcome (after `tool_calls_per_turn` results in one user turn, tool_choice is "none", so a
   turn never loops on calls). Barge-in during a call follows `cancel_on_interruption`;
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
+* clarify guard (`clarify=` a voice.receptionist.clarify.ClarifyGuard): an answer whose first
+  block the engine committed unsure, or (whole-reply mode) that is not well-formed, is replaced
+  by the clarifying question before anything is spoken; `last_clarify` records why.
 * eager drafts (`draft_context` given): `self.drafts` is the call's voice.drafting.DraftManager;
   at each LLMContextFrame a draft made for exactly these messages is streamed instead of a new
   engine request; `last_turn` says whether the answer came from a draft, how many drafts the
@@ -129,6 +132,7 @@ class DiffusionLLMService(LLMService):
         on_request: Callable[[str], None] | None = None,
         tool_calls_per_turn: int = 1,
         draft_context: LLMContext | None = None,
+        clarify: Any = None,
         **kwargs,
     ) -> None:
         from diffvoice.engine import SamplingParams  # deferred: importing engine pulls in torch
@@ -158,6 +162,8 @@ class DiffusionLLMService(LLMService):
         if tool_calls_per_turn < 0:
             raise ValueError(f"tool_calls_per_turn must be >= 0, got {tool_calls_per_turn}")
         self._tool_calls_per_turn = tool_calls_per_turn
+        self._clarify = clarify  # voice.receptionist.clarify.ClarifyGuard or None
+        self.last_clarify = None  # its ClarifyRecord for the latest answer
         self.drafts = None
         self.last_answer = AnswerInfo()
         if draft_context is not None:
@@ -263,6 +269,13 @@ class DiffusionLLMService(LLMService):
             started = time.perf_counter()
             source = (draft.stream() if draft is not None else
                       self._engine.generate(messages, params, request_id=request_id))
+            if self._clarify is not None:  # ask instead of speaking an unsure / blended reply
+                from diffvoice.voice.receptionist.clarify import ClarifyRecord
+
+                self.last_clarify = ClarifyRecord()
+                source = self._clarify.wrap(source, abort=self._abort_current,
+                                            record=self.last_clarify,
+                                            first_block=self._clarify.calibrated(params))
             async for delta in source:
                 answer.passes = max(answer.passes, getattr(delta, "passes", 0))
                 if first:

@@ -88,6 +88,12 @@ def _turn_strategies(smart_turn: bool, meaning: MeaningTurnStopStrategy | None =
     return UserTurnStrategies(start=default_user_turn_start_strategies(), stop=stop)
 
 
+def _clarify_guard(state):  # ServeConfig.clarify*: voice/receptionist/clarify.py
+    from diffvoice.voice.receptionist.clarify import guard_of
+
+    return guard_of(state) if hasattr(state, "config") else None
+
+
 def build_pipeline(
     state,
     transport: BaseTransport,
@@ -134,6 +140,7 @@ def build_pipeline(
         sampling_overrides=state.llm_overrides,
         request_prefix=f"voice-{session_id}",
         draft_context=context if eager_drafts else None,
+        clarify=_clarify_guard(state),
     )
     if receptionist is not None:  # the appointment book's tools run inside this call
         receptionist.register(llm)

@@ -8,6 +8,8 @@ against the schema, whatever the model's weights.
   layout.py  schema -> fixed tokens + fixed-width value slots      slots.py  slot kinds
   plan.py    tools / tool_choice / response_format -> a Plan        state.py  per-request modes
   hook.py    the runner's per-pass seam (logit masks, blocked commits, canvas writes)
+  context.py "x-diffvoice-context": slots narrowed by the conversation (values somebody said,
+             names copied from the caller's words), applied before compiling
 See docs/tool-calling.md.
 """
 

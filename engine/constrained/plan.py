@@ -7,6 +7,8 @@ are given) -> decide; "required" -> name (or call when one tool); {"type": "func
 "function": {"name": N}} -> call of N. response_format {"type": "json_schema", "json_schema":
 {"schema": S}} -> json; {"type": "json_object"} -> json with one free-form JSON object as the
 whole answer (engine/constrained/json_free.py); {"type": "text"} -> None.
+`messages` (the request's chat messages) narrow the properties that opt in with
+"x-diffvoice-context" (engine/constrained/context.py) before compiling.
 Plans are cached per tokenizer and request shape (the compiled layouts are pure data).
 Raises ValueError naming the offending field on malformed or unsupported input.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from diffvoice.engine.constrained.context import contextualize
 from diffvoice.engine.constrained.json_free import JsonObjectSlot
 from diffvoice.engine.constrained.layout import Layout, compile_calls, compile_value
 from diffvoice.engine.constrained.slots import Vocab
@@ -121,8 +124,10 @@ _cache: dict[tuple, Plan] = {}
 
 
 def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
-               max_new_tokens: int = 64) -> Plan | None:
+               max_new_tokens: int = 64, messages=None) -> Plan | None:
     schema = json_schema_of(response_format)
+    if tools and messages is not None:  # x-diffvoice-context slots (engine/constrained/context)
+        tools = contextualize(tools, messages)
     if not tools and schema is None:
         if tool_choice not in (None, "none", "auto"):
             raise ValueError("tool_choice needs tools")

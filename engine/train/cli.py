@@ -3,7 +3,9 @@
   diffvoice train --facts FILE.yaml --out DIR     flags map 1:1 onto trainer.TrainConfig; running
                                                   again with the same --out resumes
   diffvoice eval-model [--model DIR]              held-out fact accuracy, EOS rate, reply length
-                                                  and latency through the real Engine
+                                                  and latency through the real Engine; booking
+                                                  by free decoding and through the constrained
+                                                  tools path (--paths), closed-loop calls
 Registered in engine/cli.py as (add_train_arguments, run_train) and (add_eval_arguments,
 run_eval). Knows nothing about the training loop beyond TrainConfig/train and evaluate().
 """
@@ -17,7 +19,13 @@ import sys
 from pathlib import Path
 
 from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD
-from diffvoice.engine.train.evaluate import DEFAULT_SETTINGS, evaluate, markdown_table
+from diffvoice.engine.train.evaluate import (
+    DEFAULT_PATHS,
+    DEFAULT_SETTINGS,
+    PATHS,
+    evaluate,
+    markdown_table,
+)
 from diffvoice.engine.train.trainer import TrainConfig, train
 
 _HELP = {
@@ -115,7 +123,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fact sheet of the held-out questions (default MODEL/facts.yaml)")
     parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS),
                         help="decoding settings: low_confidence:STEPS_PER_BLOCK, threshold:P, "
-                             "entropy:GAMMA")
+                             "entropy:GAMMA, each optionally @fast or @reference (the "
+                             "decoding; constrained tool rows always decode fast)")
     parser.add_argument("--per-template", type=int, default=1,
                         help="renderings of each held-out template per slot value")
     parser.add_argument("--limit", type=int, default=None,
@@ -137,13 +146,21 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ask a clarifying question when the first block's lowest committed "
                              "confidence is below this (0 = only for replies that are not "
                              "well-formed)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS),
+                        help="decoding paths: free (no tools: the raw figure), tools (the "
+                             "receptionist's tools with tool_choice auto, constrained calls "
+                             "and conversation-narrowed slots: what serve and the API do), "
+                             "tools-schema (the same without the conversation narrowing)")
+    parser.add_argument("--episodes", type=int, default=60,
+                        help="closed-loop booking calls per path (a scripted caller answers "
+                             "the model's own slot-filling questions; 0 = none)")
     parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    if not 0 <= args.clarify_below <= 1 or args.dialogues < 0:
-        print("diffvoice eval-model: error: --clarify-below must be in [0, 1] and --dialogues "
-              ">= 0", file=sys.stderr)
+    if not 0 <= args.clarify_below <= 1 or args.dialogues < 0 or args.episodes < 0:
+        print("diffvoice eval-model: error: --clarify-below must be in [0, 1], --dialogues and "
+              "--episodes >= 0", file=sys.stderr)
         return 2
     if args.per_template < 1 or args.concurrency < 1 or (args.limit is not None and args.limit < 1):
         print("diffvoice eval-model: error: --per-template, --concurrency and --limit must be >= 1",
@@ -153,7 +170,7 @@ def run_eval(args: argparse.Namespace) -> int:
         report = evaluate(args.model, args.facts, tuple(args.settings), args.per_template,
                           args.limit, args.max_new_tokens, args.concurrency, args.seed,
                           args.chitchat, args.threads, args.dialogues, args.independent,
-                          args.clarify_below)
+                          args.clarify_below, tuple(args.paths), args.episodes)
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,22 @@ Scoring of one reply:
                valid tool call (DataGenerator.is_well_formed) — measured on the raw reply
   clarified    engine.train.clarify.guard replaced the reply by the clarifying question (first
                block confidence below `clarify_below`, or not well-formed); a clarified reply
-               counts as NOT correct in every accuracy
+               counts as NOT correct in every accuracy. As at run time (voice/receptionist/
+               clarify.py) the first-block test applies only to "fast"-decoded requests (every
+               tools request is): the threshold was chosen on their confidences
+Decoding paths (`paths`), each over every question set:
+  free         no tools: the reply is free text; a call counts only if the model spells the wire
+               text right (the raw figure)
+  tools        what serve, the voice pipeline and the API do for this model: the receptionist's
+               tools (engine.train.booking_schemas.decoding_schemas: open days, the book's start
+               times, day/time narrowed to what was said, the name copied from the caller's
+               words) passed as `tools` with tool_choice "auto"; the engine's constrained mode
+               decides between answering and calling and decodes a call's arguments under the
+               slot masks; a decoded call is scored as its wire text
+  tools-schema the same without the conversation narrowing (schema-only constraints)
+Report keys: `settings[spec][set]` (free), `settings[spec][set+tools]`,
+`settings[spec][set+tools-schema]`; `episodes[spec][path]`: closed-loop booking calls
+(engine/train/episodes.py: the model's own replies fed back, slot filling over turns).
 Requests go one at a time by default so latency is per reply, not per batch.
 """
 
@@ -33,13 +48,44 @@ from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, guard
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
-from diffvoice.engine.train.tool_schemas import parse_tool_call
+from diffvoice.engine.train.tool_schemas import parse_tool_call, tool_call_text
 
 DEFAULT_SETTINGS = ("low_confidence:4",)
+PATHS = ("free", "tools", "tools-schema")
+DEFAULT_PATHS = ("free", "tools")
+
+
+def path_params(path: str, params: SamplingParams, facts) -> SamplingParams:
+    """The SamplingParams of one decoding path (see the module docstring)."""
+    import dataclasses
+
+    from diffvoice.engine.train.booking_schemas import decoding_schemas
+
+    if path == "free":
+        return params
+    if path not in PATHS:
+        raise ValueError(f"decoding path {path!r} must be one of {PATHS}")
+    tools = decoding_schemas(facts, context=path == "tools")
+    return dataclasses.replace(params, tools=tuple(tools), tool_choice="auto")
 
 
 def parse_setting(spec: str, max_new_tokens: int) -> SamplingParams:
-    """'low_confidence:4' (steps per block), 'threshold:0.9', 'entropy:0.5' -> SamplingParams."""
+    """'low_confidence:4' (steps per block), 'threshold:0.9', 'entropy:0.5' -> SamplingParams;
+    a suffix '@fast' / '@reference' picks SamplingParams.decoding (default: the family's
+    reference decoding, as serve without tools; constrained rows always decode 'fast')."""
+    import dataclasses
+
+    body, _, decoding = spec.partition("@")
+    params = _parse_policy(body, max_new_tokens)
+    if decoding:
+        try:
+            params = dataclasses.replace(params, decoding=decoding)
+        except ValueError as exc:
+            raise ValueError(f"bad setting {spec!r}: {exc}") from exc
+    return params
+
+
+def _parse_policy(spec: str, max_new_tokens: int) -> SamplingParams:
     policy, _, value = spec.partition(":")
     try:
         if policy == "low_confidence":
@@ -53,7 +99,8 @@ def parse_setting(spec: str, max_new_tokens: int) -> SamplingParams:
                                   entropy_bound=float(value or 0.5))
     except ValueError as exc:
         raise ValueError(f"bad setting {spec!r}: {exc}") from exc
-    raise ValueError(f"setting {spec!r} must be low_confidence:N, threshold:P or entropy:G")
+    raise ValueError(f"setting {spec!r} must be low_confidence:N, threshold:P or entropy:G "
+                     "(optionally @fast or @reference)")
 
 
 @dataclass
@@ -96,15 +143,22 @@ def score(example: Example, text: str) -> tuple[bool, bool]:
 
 async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: SamplingParams,
                clarify_below: float) -> Reply:
-    text, last = "", None
+    text, last, call = "", None, None
     t0 = time.perf_counter()
     async for delta in engine.generate(example.messages(), params):
         text += delta.text
         last = delta
+        call = getattr(delta, "tool_call", None) or call
     total = time.perf_counter() - t0
     text = text.strip()
+    if call is not None:  # a constrained call: scored (and checked) as its wire text
+        text = tool_call_text(call["name"], json.loads(call["arguments"]), list(params.tools))
     conf = last.first_block_confidence
-    final, clarified = guard(text, conf, gen.is_well_formed, clarify_below)
+    # the first-block test only where the threshold is calibrated, exactly as at run time
+    # (voice.receptionist.clarify.ClarifyGuard.calibrated: "fast" decoding or tools)
+    calibrated = params.decoding == "fast" or bool(params.tools)
+    final, clarified = guard(text, conf if calibrated else None, gen.is_well_formed,
+                             clarify_below)
     correct_raw, exact = score(example, text)
     correct = (not clarified) and correct_raw
     return Reply(example.question, len(example.history), example.intent, example.kind,
@@ -186,7 +240,8 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              limit: int | None = None, max_new_tokens: int = 64, concurrency: int = 1,
              seed: int = 1234, use_chitchat: bool = True, threads: int = 2,
              dialogues: int = 240, independent: bool = True,
-             clarify_below: float = DEFAULT_THRESHOLD) -> dict:
+             clarify_below: float = DEFAULT_THRESHOLD,
+             paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60) -> dict:
     """Run every setting over every question set; returns a JSON-able report."""
     import torch
 
@@ -208,20 +263,26 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 step = len(examples) / limit  # evenly spaced: keeps every intent represented
                 sets[name] = [examples[int(i * step)] for i in range(limit)]
     all_params = [(spec, parse_setting(spec, max_new_tokens)) for spec in settings]
+    for path in paths:
+        if path not in PATHS:
+            raise ValueError(f"decoding path {path!r} must be one of {PATHS}")
     n_max = max(len(v) for v in sets.values())
     engine = Engine.from_pretrained(model, EngineConfig(max_running=max(1, concurrency),
                                                         max_queued=n_max))
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
-                    "threads": threads, "clarify_below": clarify_below,
-                    "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {}}
+                    "threads": threads, "clarify_below": clarify_below, "paths": list(paths),
+                    "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
+                    "episodes": {}}
     try:
         engine.warmup()
         for spec, params in all_params:
             res: dict = {}
-            for name, examples in sets.items():
+            for path, (name, examples) in [(p, kv) for p in paths for kv in sets.items()]:
                 t0 = time.perf_counter()
-                replies = asyncio.run(_run(engine, gen, examples, params, concurrency,
+                replies = asyncio.run(_run(engine, gen, examples,
+                                           path_params(path, params, gen.facts), concurrency,
                                            clarify_below))
+                name = name if path == "free" else f"{name}+{path}"
                 res[name] = {
                     "summary": summarize(replies), "per_intent": per_intent(replies),
                     "wall_s": round(time.perf_counter() - t0, 1),
@@ -232,8 +293,17 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                                     round(r.first_block_conf, 4), r.correct_raw, r.well_formed]
                                    for r in replies],
                     "samples": [asdict(r) for r in replies[:: max(1, len(replies) // 10)]]}
-            res["all"] = {"summary": _merge([res[k]["summary"] for k in sets])}
+            for path in paths:
+                suffix = "" if path == "free" else f"+{path}"
+                res[f"all{suffix}"] = {"summary": _merge([res[k + suffix]["summary"]
+                                                          for k in sets])}
             report["settings"][spec] = res
+            if episodes:  # closed-loop booking calls (engine/train/episodes.py)
+                from diffvoice.engine.train.episodes import run_episodes
+
+                report["episodes"][spec] = {
+                    path: asyncio.run(run_episodes(engine, gen, path_params(
+                        path, params, gen.facts), n=episodes, seed=seed + 2)) for path in paths}
     finally:
         engine.close()
     return report
@@ -257,7 +327,7 @@ def markdown_table(report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec, res in report["settings"].items():
         for name, body in res.items():
-            if name == "all":
+            if name.split("+")[0] == "all":
                 continue
             s = body["summary"]
             lines.append(
@@ -269,7 +339,12 @@ def markdown_table(report: dict) -> str:
                 f" {_fmt(s['follow_up_accuracy'], s['n_follow'])} |"
                 f" {_fmt(s['well_formed_rate'])} | {_fmt(s['clarify_rate'])} |"
                 f" {s['first_block_p50_s']:.3f} |")
-        a = res["all"]["summary"]
-        lines.append(f"| {spec} | all | | | | | | | | {_fmt(a['well_formed_rate'], a['n'])} |"
-                     f" {_fmt(a['clarify_rate'])} | |")
+        for path, ep in report.get("episodes", {}).get(spec, {}).items():
+            lines.append(f"| {spec} | booking calls, closed loop ({path}) |"
+                         f" {_fmt(ep['success_rate'], ep['n'])} booked right,"
+                         f" {_fmt(ep['confirmed_rate'])} confirmed | | | | | | | | | |")
+        for name in [k for k in res if k.split("+")[0] == "all"]:
+            a = res[name]["summary"]
+            lines.append(f"| {spec} | {name} | | | | | | | | {_fmt(a['well_formed_rate'], a['n'])}"
+                         f" | {_fmt(a['clarify_rate'])} | |")
     return "\n".join(lines)

@@ -9,9 +9,9 @@ import json
 import jsonschema
 import openai
 import pytest
+from test_openai_api import _Config, _engine, _LoopbackServer, _State
 
 from diffvoice.engine.testing import make_random_checkpoint
-from tests.voice.test_openai_api import _Config, _engine, _LoopbackServer, _State
 
 TIME = r"^([01]\d|2[0-3]):([0-5]\d)$"
 BOOK = {"type": "object", "properties": {

@@ -12,6 +12,11 @@ Contract:
 - Tools: a call arrives whole on the engine's final delta (its skeleton is committed up front
   and only its values are decoded); it is sent as `message.tool_calls` with finish_reason
   "tool_calls", or streamed as OpenAI does (id/type/name first, then argument pieces).
+- Clarify guard (ServeConfig.clarify, voice/receptionist/clarify.py; on by default for a model
+  directory with a facts.yaml): a chat answer (no response_format) whose first block the engine
+  committed with confidence below `clarify_below`, or (clarify_whole_reply) that is not
+  well-formed, is replaced by the clarifying question; a non-streamed response then carries
+  `x-diffvoice-clarified: first_block|not_well_formed`.
 - A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
   engine request aborted, so the slot frees before the engine's next step.
 Knows nothing about the voice pipeline; request parsing lives in `request.py`.
@@ -206,6 +211,17 @@ def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
     return text
 
 
+def _clarify_record(state: Any, chat: ChatRequest):
+    """(guard, record) when the clarify guard applies to this chat request, else None: spoken
+    answers only (no response_format)."""
+    if chat.params.response_format is not None or not hasattr(state, "config"):
+        return None
+    from diffvoice.voice.receptionist.clarify import ClarifyRecord, guard_of
+
+    guard = guard_of(state)
+    return None if guard is None else (guard, ClarifyRecord())
+
+
 def make_router(state: Any) -> APIRouter:
     """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
     registry = getattr(getattr(state, "metrics", None), "registry", None)
@@ -250,6 +266,11 @@ def make_router(state: Any) -> APIRouter:
         created = int(time.time())
         deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id,
                                  chat_template_kwargs=chat.chat_template_kwargs)
+        clarify = _clarify_record(state, chat)
+        if clarify is not None:  # ServeConfig.clarify: ask instead of an unsure/blended reply
+            deltas = clarify[0].wrap(deltas, abort=lambda: engine.abort(request_id),
+                                     record=clarify[1],
+                                     first_block=clarify[0].calibrated(chat.params))
         dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created)
@@ -263,6 +284,9 @@ def make_router(state: Any) -> APIRouter:
             raise
         finish_reason = _finish_reason(last)
         api_metrics.observe_finished(chat.model, last)
+        headers = {"x-diffvoice-dropped": dropped} if dropped else {}
+        if clarify is not None and clarify[1].clarified:
+            headers["x-diffvoice-clarified"] = clarify[1].reason
         message = {"role": "assistant", "content": text, "refusal": None}
         if getattr(last, "tool_call", None) is not None:
             message = {"role": "assistant", "content": None, "refusal": None,
@@ -273,7 +297,7 @@ def make_router(state: Any) -> APIRouter:
             "choices": [{"index": 0, "message": message,
                          "logprobs": None, "finish_reason": finish_reason}],
             "usage": _usage(last),
-        }, headers={"x-diffvoice-dropped": dropped} if dropped else None)
+        }, headers=headers or None)
 
     async def _collect(deltas: AsyncIterator[Any]) -> tuple[str, Any]:
         parts, last = [], None

@@ -1,7 +1,9 @@
 """The receptionist's three tools over the appointment book, for the engine and for pipecat.
 
     tools = ReceptionistTools.for_model(model_dir, db_path=None)   # facts.yaml of the model
-    tools.schemas                        # OpenAI `tools` list (engine.train.tool_schemas)
+    tools.schemas                        # OpenAI `tools` list: engine.train.booking_schemas
+                                         # (open days, the book's start times, names copied
+                                         # from the caller's words)
     tools.call("book_appointment", {...}) -> result dict (the `tool` message the model reads)
     tools.register(llm)                  # pipecat: llm.register_function for each tool
     tools.tools_schema()                 # pipecat ToolsSchema for an LLMContext
@@ -28,11 +30,11 @@ DB_FILENAME = "appointments.sqlite3"
 
 class ReceptionistTools:
     def __init__(self, book: AppointmentBook, facts) -> None:
-        from diffvoice.engine.train.tool_schemas import tool_schemas
+        from diffvoice.engine.train.booking_schemas import decoding_schemas
 
         self.book = book
         self.facts = facts
-        self.schemas = tool_schemas(facts)
+        self.schemas = decoding_schemas(facts)
         self.names = tuple(t["function"]["name"] for t in self.schemas)
 
     @classmethod

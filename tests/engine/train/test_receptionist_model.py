@@ -61,13 +61,21 @@ def test_eval_model_cli_reports_every_setting(tmp_path, capsys):
     add_eval_arguments(parser)
     out = tmp_path / "eval.json"
     args = parser.parse_args(["--limit", "4", "--settings", "low_confidence:2", "threshold:0.9",
-                              "--no-chitchat", "--dialogues", "8", "--out", str(out)])
+                              "--no-chitchat", "--dialogues", "8", "--episodes", "2",
+                              "--out", str(out)])
     assert run_eval(args) == 0
     table = capsys.readouterr().out
     assert "| low_confidence:2 | template |" in table and "| threshold:0.9 | independent |" in table
+    assert "| low_confidence:2 | dialogue+tools |" in table and "closed loop (tools)" in table
     report = json.loads(out.read_text())
-    for res in report["settings"].values():
-        assert {"template", "dialogue", "independent", "all"} <= set(res)
+    assert report["paths"] == ["free", "tools"]
+    for spec, res in report["settings"].items():
+        assert {"template", "dialogue", "independent", "all", "dialogue+tools", "all+tools"} \
+            <= set(res)
+        assert res["dialogue+tools"]["summary"]["n"] == 4
+        for path in ("free", "tools"):
+            ep = report["episodes"][spec][path]
+            assert ep["n"] == 2 and 0 <= ep["success_rate"] <= 1 and ep["mean_model_turns"] >= 1
         s = res["template"]["summary"]
         assert s["n"] == 4 and s["latency_mean_s"] > 0 and 0 <= s["well_formed_rate"] <= 1
         assert res["dialogue"]["summary"]["n"] == 4

@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from test_book import facts_file  # noqa: E402
 
 from diffvoice.engine.testing import make_random_checkpoint  # noqa: E402
 from diffvoice.engine.tokenizer import ChatTokenizer  # noqa: E402
 from diffvoice.voice.config import ServeConfig  # noqa: E402
 from diffvoice.voice.receptionist.setup import receptionist_for  # noqa: E402
-from tests.voice.receptionist.test_book import facts_file  # noqa: E402
 
 
 def test_modes(tmp_path):

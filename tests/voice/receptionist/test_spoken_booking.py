@@ -1,10 +1,13 @@
 """End to end: a spoken booking through the browser protocol against the real server on loopback
-(espeak-ng audio in, pocketsphinx ASR, the shipped model at models/receptionist-tiny, espeak TTS
-out). Caller A books a cleaning on Friday at 10 am (answering the bot's slot-filling questions):
-the right row lands in the SQLite book and the bot confirms aloud. Caller B asks for the same
-slot: no second booking, and B is offered another time. Needs the tool-trained receptionist
-model (a `<tool_call>` token in its tokenizer): with an older model the test is skipped with
-that reason (no mock model stands in)."""
+(espeak-ng audio in at a slow, clear 125 words a minute, Whisper tiny.en ASR (the serve default),
+the shipped model at models/receptionist-tiny with its tools decoded by the engine's constrained
+mode and the clarify guard on, as `diffvoice serve` runs it, espeak TTS out). Caller A books a
+cleaning on Friday at 10 am (answering the bot's slot-filling questions): the right row lands
+in the SQLite book and the bot confirms aloud. Caller B asks for the same slot: no second
+booking; the book refuses it and offers other times (whether the bot then SAYS the right times is
+a known failure with the v2 model, below). Needs the tool-trained receptionist model (a
+`<tool_call>` token in its tokenizer): with an older model the test is skipped with that reason
+(no mock model stands in)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ pytestmark = [pytest.mark.slow]
 MODEL = Path(os.environ.get("DIFFVOICE_TEST_RECEPTIONIST") or
              Path(__file__).resolve().parents[3] / "models" / "receptionist-tiny")
 QUIET_S = 2.5
-RATE_WPM = 125  # slower espeak: pocketsphinx hears the day and the time more reliably
+RATE_WPM = 125  # a slow, clear caller: Whisper tiny.en hears day, time and name exactly
 
 
 def _model_trained_for_tools() -> bool:
@@ -47,7 +50,7 @@ def server(tmp_path_factory):
     from diffvoice.voice.state import AppState
 
     db = tmp_path_factory.mktemp("book") / "appointments.sqlite3"
-    config = ServeConfig(port=0, model=str(MODEL), asr="pocketsphinx", device="cpu",
+    config = ServeConfig(port=0, model=str(MODEL), asr="whisper-tiny.en", device="cpu",
                          stop_secs=0.5, receptionist_tools="on", appointments_db=str(db))
     engine = Engine.from_pretrained(MODEL, EngineConfig(device="cpu", max_running=4))
     engine.warmup()
@@ -84,14 +87,17 @@ def _rows(db: Path) -> list[tuple]:
             "SELECT service, day, start_min, name FROM visits ORDER BY id").fetchall()
 
 
-# phrasings inside the pocketsphinx domain LM's sentences (built from the receptionist's
-# training questions), so the recognizer has a fair chance on espeak speech
-REQUEST = "can i book a cleaning on friday at 10 am"
-FOLLOW_UPS = {"name": "{name}", "time": "at 10 am", "day": "on friday at 10 am"}
+# Whisper tiny.en hears espeak's "can i book ..." as "can i work ..." and a lone "at 10 am" as
+# "I'll turn it in."; these it hears right
+REQUEST = "i need a cleaning on friday at 10 am"
+FOLLOW_UPS = {"name": "my name is {name}", "time": "10 am please", "day": "at 10 am on friday"}
 
 
-async def _dialogue(live, speech, db, name: str, max_turns: int = 4) -> list[str]:
-    """Ask for the slot, then answer the bot's slot-filling questions (name, day, time)."""
+async def _dialogue(live, speech, db, name: str, max_turns: int = 5) -> list[str]:
+    """Ask for the slot, then answer the bot's slot-filling questions (name, day, time); asked
+    something else (the clarifying question, or an answer that asks nothing), say the request
+    again, as a caller would. On a loaded machine the turn may end at the pause after "friday"
+    (the bot then asks for the time), which this also covers."""
     turns = []
     before = len(_rows(db))
     async with connect(live.ws_url, config={"stop_secs": 0.5}) as (ws, call, _done):
@@ -106,31 +112,79 @@ async def _dialogue(live, speech, db, name: str, max_turns: int = 4) -> list[str
             if len(_rows(db)) > before or "booked" in reply or "instead" in reply:
                 break
             asked = [k for k in FOLLOW_UPS if k in reply]
-            if not asked:
-                break
-            line = FOLLOW_UPS[asked[0]].format(name=name)
+            line = FOLLOW_UPS[asked[0]].format(name=name) if asked else REQUEST
     return turns
 
 
-# Known failure, kept running so it shows when fixed (issue 15 is open for it): with the shipped
-# v2 model, pocketsphinx hears "can i book a cleaning on friday at 10 am" as e.g. "are you book
-# a real do i knocked do you", and the model misfills day/time (booking accuracy 9.7% in its
-# model card). Not strict: a lucky pass must not break the build.
-@pytest.mark.xfail(reason="spoken booking with the shipped model does not book yet (issue 15)")
-async def test_spoken_booking_then_the_same_slot_is_offered_another_time(server, speech):
+@pytest.fixture(scope="module")
+def two_callers(server, speech):
+    """Caller A books Friday 10 am; caller B then asks for the same slot. -> (a, b, results):
+    each caller's turns and every tool result the book returned, in order."""
+    live, db = server
+    results = []
+    real_call = live.state.receptionist.call
+
+    def spy(name, arguments):
+        result = real_call(name, arguments)
+        results.append((name, arguments, result))
+        return result
+
+    live.state.receptionist.call = spy
+
+    async def both():
+        a = await _dialogue(live, speech, db, "sam jones")
+        b = await _dialogue(live, speech, db, "chloe wilson")
+        return a, b
+
+    try:
+        a, b = asyncio.run(both())
+    finally:
+        live.state.receptionist.call = real_call
+    return a, b, results
+
+
+def _bot(turns: list[str]) -> str:
+    return " ".join(t.rsplit("-> bot", 1)[-1] for t in turns).lower()
+
+
+def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_callers):
+    """What the callers get done: A's booking is in SQLite and confirmed aloud; B's request for
+    the same slot books nothing: the book refuses it and hands the model other times (what B
+    then hears is checked by the known failure below)."""
+    live, db = server
+    a, b, results = two_callers
+    rows = _rows(db)
+    assert [(s, d, m, n) for s, d, m, n in rows] == [("cleanings", "friday", 600, "sam jones")], \
+        (a, b, rows)
+    assert "booked" in _bot(a[-1:]), a  # a spoken confirmation (its day/time: see below)
+    bookings = [(args, res) for name, args, res in results if name == "book_appointment"]
+    assert bookings[0] == ({"service": "cleanings", "day": "friday", "time": "10:00",
+                            "name": "sam jones"}, {"booked": True}), results
+    # B asked for the same slot: refused by the book (a transaction), alternatives offered
+    # (B may ask twice: after a clarifying question the caller repeats the request)
+    assert len(bookings) >= 2, results
+    for args, res in bookings[1:]:
+        assert (args["day"], args["time"]) == ("friday", "10:00"), results
+        assert res["booked"] is False and res["alternatives"], results
+    assert _bot(b[-1:]).strip(), b  # B is answered aloud
+    free = live.state.receptionist.book.free_starts("cleanings", "friday")
+    assert "10:00" not in free
+
+
+# Known failure, kept running so it shows when fixed (issue 15): the booking call's arguments
+# are decoded under the slot constraints and come out right, but the spoken sentences are free
+# text and the shipped v2 model misstates times and days in them ("You're booked for a cleaning
+# on Friday at 9 pm." or "... on Saturday at 9 am." for Friday 10:00; for B's alternatives
+# ["09:00", "11:00", "08:30"] a blend like "... I can do 9:30 am or 1:30ead.", which the clarify
+# guard replaces by its clarifying question). Not strict: a lucky pass must not break the build.
+@pytest.mark.xfail(reason="the v2 model's spoken confirmation and offers misstate the times "
+                          "(issue 15)", strict=False)
+def test_spoken_confirmation_and_offers_state_the_right_times(two_callers):
     from diffvoice.engine.train.tool_schemas import spoken_time
 
-    live, db = server
-    a = await _dialogue(live, speech, db, "sam jones")
-    rows = _rows(db)
-    assert [(s, d, m) for s, d, m, _ in rows] == [("cleanings", "friday", 600)], (a, rows)
-    assert rows[0][3].strip(), rows
-    confirmation = a[-1].rsplit("-> bot", 1)[-1].lower()
-    assert "friday" in confirmation and "10 am" in confirmation, a
-
-    b = await _dialogue(live, speech, db, "chloe wilson")
-    assert len(_rows(db)) == 1, (b, _rows(db))  # the slot stayed A's
-    free = live.state.receptionist.book.free_starts("cleanings", "friday")
-    offered = [spoken_time(t) for t in free]
-    spoken = " ".join(t.rsplit("-> bot", 1)[-1] for t in b).lower()
-    assert any(t in spoken for t in offered), (b, offered[:4])
+    a, b, results = two_callers
+    assert "friday at 10 am" in _bot(a[-1:]), a  # the day and the time the book holds
+    refused = [res for name, _, res in results if name == "book_appointment"
+               and res.get("booked") is False]
+    offered = [spoken_time(t) for t in refused[0]["alternatives"]]
+    assert all(t in _bot(b) for t in offered), (b, offered)

@@ -12,11 +12,11 @@ import sqlite3
 import time
 
 import pytest
+from test_book import facts_file  # noqa: E402
 from voice_client import connect, send_pcm
 from voice_fixtures import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 
 from diffvoice.voice.transport import protocol
-from tests.voice.receptionist.test_book import facts_file  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,249 @@
+"""Slot constraints from the conversation: narrow a tool's schema by what was actually said.
+
+    tools = contextualize(tools, messages)   # before build_plan; pure, returns new dicts
+A property opts in with the schema keyword `"x-diffvoice-context"` (JSON schema ignores
+unknown `x-` keywords, so the schema stays valid for any other client):
+  "span"       a string property becomes an enum of the word spans (1..MAX_SPAN_WORDS words) of
+               the conversation's user messages, as written and lower-cased, within the
+               property's maxLength: the value is COPIED from the caller's words, chosen by the
+               model's own scores (a Choice slot), never spelled token by token. For names,
+               which a small model cannot spell from byte pieces it never saw in that order.
+  "mentioned"  an enum (or a nullable enum) is narrowed to the values mentioned anywhere in the
+               conversation (user, assistant and tool messages), when at least one is; values
+               that look like "HH:MM" times also match the ways people say them ("10 am",
+               "ten thirty", "half past 10", "noon", "8 30", a bare "10" as 10:00 or 22:00);
+               other values match as whole words (a trailing "s" allowed: "fridays"). A null
+               candidate is kept. Nothing mentioned -> the schema's full enum (never empty).
+The model still decides: which tool, which of the narrowed values, or to answer instead of
+calling (tool_choice "auto"). The narrowing only removes values nobody said. Messages are
+OpenAI-style dicts; string content only (other parts are ignored). Knows nothing about models.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+KEY = "x-diffvoice-context"
+MAX_SPAN_WORDS = 3
+MAX_USER_MESSAGES = 6      # the latest ones; spans of older messages are not offered
+MAX_SPANS = 400
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_NUM = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())}
+_MIN = {"forty five": 45, "forty-five": 45, "fifteen": 15, "thirty": 30}
+_ALL_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(24) for m in range(60))
+# "name_span": a person's name is never one of these (English function words, fillers, number
+# and time words, weekdays, polite words)
+FUNCTION_WORDS = frozenset("""
+a about actually after again all also am an and any anything anytime are around as at be because
+been before book booking but by can cancel could day did do does doing don't for from get go
+going good great guess had has have hello hey hi how i i'd i'll i'm i've if in is it it's its just
+know let let's like look looking make maybe me mine my name name's need no not now o'clock of oh
+ok okay on one or our please put really right say scrap see should so some someone something
+sometime sounds sure thank thanks that that's the then there this time to today tomorrow two uh
+um under up us want was we week what when which will with work works would yeah yes you your
+morning afternoon evening noon midday half past quarter three four five six seven eight nine ten
+eleven twelve thirty fifteen forty pm monday tuesday wednesday thursday friday saturday sunday
+appointment visit slot coming next come came give take taking call called fine well here
+thats theres might must may shall wanna gonna got free open available anytime instead again
+""".split())
+_WORD = re.compile(r"[a-z0-9']+(?:[.\-][a-z0-9']+)*")
+
+
+def _texts(messages, roles) -> list[str]:
+    out = []
+    for m in messages or ():
+        if isinstance(m, dict) and m.get("role") in roles and isinstance(m.get("content"), str):
+            out.append(m["content"])
+    return out
+
+
+def spans(messages, max_words: int = MAX_SPAN_WORDS, max_chars: int | None = None,
+          skip: frozenset | None = None) -> list[str]:
+    """Word spans of the latest user messages, newest message first, as written + lower case.
+    With `skip` (lower-case words): only the maximal runs of words outside `skip` (a longer
+    run: its windows of `max_words`), and no word holding a digit."""
+    out: dict[str, None] = {}
+    for text in reversed(_texts(messages, ("user",))[-MAX_USER_MESSAGES:]):
+        words = [w.strip(".,!?;:\"()") for w in text.split()]
+        words = [w for w in words if w and '"' not in w and "\\" not in w]
+        if skip is None:
+            found = [words[i: i + n] for n in range(1, max_words + 1)
+                     for i in range(len(words) - n + 1)]
+        else:
+            found, run = [], []
+            for w in words + [None]:
+                if w is not None and w.lower() not in skip and w.lower().rstrip("s") not in skip \
+                        and not any(c.isdigit() for c in w):
+                    run.append(w)
+                    continue
+                if run:
+                    n = min(len(run), max_words)
+                    found += [run[i: i + n] for i in range(len(run) - n + 1)]
+                run = []
+        for ws in found:
+            span = " ".join(ws)
+            for s in (span, span.lower()):
+                if max_chars is None or len(s) <= max_chars:
+                    out.setdefault(s, None)
+    return list(out)[:MAX_SPANS]
+
+
+def _norm_numbers(text: str) -> str:
+    text = text.lower().replace("a.m.", "am").replace("p.m.", "pm").replace("’", "'")
+    text = re.sub(r"\b(\d{1,2})(am|pm)\b", r"\1 \2", text)
+    for phrase, minute in _MIN.items():  # longest first
+        text = re.sub(rf"\b{phrase}\b", f"{minute:02d}m", text)
+    words = []
+    for w in re.findall(r"[a-z0-9':]+", text):
+        words.append(str(_NUM[w]) if w in _NUM and w != "zero" else w)
+    return " ".join(words)
+
+
+def times_mentioned(text: str) -> set[str]:
+    """Every "HH:MM" a text may be saying (both 12-hour readings when am/pm is not said)."""
+    t = _norm_numbers(text)
+    found: set[tuple[int, int, str | None]] = set()
+    if re.search(r"\b(noon|midday)\b", t):
+        found.add((12, 0, "pm"))
+    if re.search(r"\bmidnight\b", t):
+        found.add((0, 0, "am"))
+    for m in re.finditer(r"\bhalf past (\d{1,2})\b", t):
+        found.add((int(m.group(1)), 30, None))
+    for m in re.finditer(r"\bquarter past (\d{1,2})\b", t):
+        found.add((int(m.group(1)), 15, None))
+    for m in re.finditer(r"\bquarter to (\d{1,2})\b", t):
+        found.add(((int(m.group(1)) - 1) % 12 or 12, 45, None))
+    words = t.split()
+    for i, w in enumerate(words):
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        after = words[i + 2] if i + 2 < len(words) else ""
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})", w)
+        if m:
+            ampm = nxt if nxt in ("am", "pm") else None
+            found.add((int(m.group(1)), int(m.group(2)), ampm))
+            continue
+        if not re.fullmatch(r"\d{1,2}", w) or int(w) > 23:
+            continue
+        hour, minute, ampm = int(w), 0, None
+        mm = re.fullmatch(r"(\d{2})m?", nxt) if nxt else None
+        if nxt in ("o'clock", "oclock", "00m"):
+            pass
+        elif mm and int(mm.group(1)) < 60 and (nxt.endswith("m") or mm.group(1) in (
+                "00", "15", "30", "45")):
+            minute = int(mm.group(1))
+            nxt = after
+        if nxt in ("am", "pm"):
+            ampm = nxt
+        elif nxt == "in" and after == "the":
+            rest = words[i + 3] if i + 3 < len(words) else ""
+            ampm = {"morning": "am", "afternoon": "pm", "evening": "pm"}.get(rest)
+        found.add((hour, minute, ampm))
+    out = set()
+    for hour, minute, ampm in found:
+        if hour > 12 or ampm is None and hour == 0:
+            readings = [hour]
+        elif ampm == "am":
+            readings = [hour % 12]
+        elif ampm == "pm":
+            readings = [hour % 12 + 12]
+        else:
+            readings = [hour % 12, hour % 12 + 12]
+        out.update(f"{h:02d}:{minute:02d}" for h in readings if h < 24)
+    return out
+
+
+def _mentioned(values: list, messages) -> list:
+    """Values mentioned in the newest caller or tool message that mentions any; failing that,
+    in the newest assistant message that does (else all of `values`). The caller's words and
+    the tools' results come first: an assistant message is the model's own earlier output and
+    may have restated a value wrongly."""
+    for roles in (("user", "tool"), ("assistant",)):
+        for text in reversed(_texts(messages, roles)):
+            keep = _mentioned_in(values, text)
+            if keep:
+                return keep + [v for v in values if v is None]
+    return values
+
+
+def _mentioned_in(values: list, text: str) -> list:
+    blob = text.lower()
+    words = set(_WORD.findall(blob))
+    times = times_mentioned(blob)
+    keep = []
+    for v in values:
+        if not isinstance(v, str):
+            continue
+        if _HHMM.match(v):
+            if v in times:
+                keep.append(v)
+        elif v.lower() in words or v.lower() + "s" in words or v.lower() + "'s" in words or (
+                " " in v and re.search(rf"\b{re.escape(v.lower())}\b", blob)):
+            keep.append(v)
+    return keep
+
+
+def _value_words(props: dict) -> frozenset:
+    """Lower-case words of every enum value of the tool's other properties."""
+    words = set()
+    for p in props.values():
+        for v in (p.get("enum") or []) if isinstance(p, dict) else []:
+            if isinstance(v, str):
+                words.update(w for x in _WORD.findall(v.lower()) for w in (x, x.rstrip("s")))
+    return frozenset(words)
+
+
+def _narrow(schema: dict, messages, others: frozenset = frozenset()) -> dict:
+    mode = schema.get(KEY)
+    if mode is None:
+        return schema
+    out = {k: v for k, v in schema.items() if k != KEY}
+    if mode in ("span", "name_span"):
+        skip = (FUNCTION_WORDS | others) if mode == "name_span" else None
+        candidates = spans(messages, max_chars=schema.get("maxLength"), skip=skip)
+        if candidates:  # no user words at all: leave the free-text slot as it was
+            out.pop("maxLength", None)
+            out.pop("minLength", None)
+            out["enum"] = candidates
+        return out
+    if mode == "mentioned":
+        if isinstance(schema.get("enum"), list):
+            out["enum"] = _mentioned(list(schema["enum"]), messages)
+        elif isinstance(schema.get("pattern"), str):  # a time pattern: the mentioned times
+            rx = re.compile(schema["pattern"])
+            said = [t for t in _mentioned([t for t in _ALL_TIMES if rx.search(t)], messages)]
+            if len(said) < sum(1 for t in _ALL_TIMES if rx.search(t)):
+                out.pop("pattern")
+                types = schema.get("type")
+                out["enum"] = said + ([None] if isinstance(types, list) and "null" in types
+                                      else [])
+        else:
+            raise ValueError(f"{KEY} 'mentioned' needs an enum or a time pattern")
+        return out
+    raise ValueError(f"{KEY} must be 'span', 'name_span' or 'mentioned', got {mode!r}")
+
+
+def uses_context(tools) -> bool:
+    return any(KEY in p for t in tools or () if isinstance(t, dict)
+               for p in (((t.get("function") or {}).get("parameters") or {})
+                         .get("properties") or {}).values() if isinstance(p, dict))
+
+
+def contextualize(tools, messages) -> list:
+    """`tools` with every opted-in property narrowed by `messages` (a new list; input intact)."""
+    if not uses_context(tools) or isinstance(messages, str):
+        return list(tools or ())
+    out = []
+    for tool in tools:
+        fn = (tool.get("function") or {}) if isinstance(tool, dict) else {}
+        props = (fn.get("parameters") or {}).get("properties")
+        if not isinstance(props, dict):
+            out.append(tool)
+            continue
+        new = copy.deepcopy(tool)
+        new["function"]["parameters"]["properties"] = {
+            k: _narrow(p, messages, _value_words({j: q for j, q in props.items() if j != k}))
+            if isinstance(p, dict) else p for k, p in props.items()}
+        out.append(new)
+    return out

@@ -1,0 +1,138 @@
+"""Slots narrowed by the conversation (engine/constrained/context.py): spoken times, mentioned
+values, names copied from the caller's words; the receptionist's product schemas; and, through a
+random-weight engine, calls whose narrowed values always come from the conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from diffvoice.engine.constrained.context import (
+    KEY,
+    contextualize,
+    spans,
+    times_mentioned,
+)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("ten thirty works", {"10:30", "22:30"}),
+    ("at 9am", {"09:00"}),
+    ("would one pm wednesday work", {"13:00"}),
+    ("8 30 for friday", {"08:30", "20:30"}),
+    ("noon please", {"12:00"}),
+    ("10 a.m.", {"10:00"}),
+    ("I need a cleaning on Friday. 10 AM.", {"10:00"}),
+    ("at 3 in the afternoon", {"15:00"}),
+    ("2:30 p.m. works for me", {"14:30"}),
+    ('{"available": ["14:00"]}', {"14:00"}),
+    ("call 555 0142", set()),
+    ("what are your hours", set()),
+])
+def test_times_mentioned(text, want):
+    assert times_mentioned(text) == want
+
+
+def test_spans_and_name_spans():
+    msgs = [{"role": "user", "content": "book a cleaning for friday"},
+            {"role": "assistant", "content": "And what name should I put it under?"},
+            {"role": "user", "content": "That would be Ivy Hayes."}]
+    every = spans(msgs)
+    assert every[0] == "That" and "Ivy Hayes" in every and "ivy hayes" in every
+    assert "book a cleaning" in every and "should" not in every  # user words only
+    from diffvoice.engine.constrained.context import FUNCTION_WORDS
+
+    named = spans(msgs, skip=FUNCTION_WORDS | {"cleaning"})
+    assert named == ["Ivy Hayes", "ivy hayes"]
+    assert spans(msgs, max_chars=4) == [s for s in every if len(s) <= 4]
+
+
+def _tool(props):
+    return [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": props, "required": list(props)}}}]
+
+
+def test_contextualize_narrows_only_what_opted_in():
+    day = {"type": "string", "enum": ["monday", "friday", "saturday"], KEY: "mentioned"}
+    time = {"type": ["string", "null"], "enum": ["09:00", "10:00", "14:00", None],
+            KEY: "mentioned"}
+    name = {"type": "string", "maxLength": 40, KEY: "name_span"}
+    plain = {"type": "string", "enum": ["a", "b"]}
+    tools = _tool({"day": day, "time": time, "name": name, "plain": plain})
+    before = json.dumps(tools)
+    msgs = [{"role": "user", "content": "can i come in on friday at 10"},
+            {"role": "assistant", "content": "Sorry, Saturday at 9 am is taken."},
+            {"role": "user", "content": "my name is sam jones"}]
+    out = contextualize(tools, msgs)[0]["function"]["parameters"]["properties"]
+    assert json.dumps(tools) == before  # the input is left intact
+    assert out["day"]["enum"] == ["friday"]  # the caller's word beats the model's own restatement
+    assert out["time"]["enum"] == ["10:00", None]
+    assert out["name"]["enum"] == ["sam jones"] and KEY not in out["name"]
+    assert out["plain"] == plain
+    # nothing mentioned: the full enum, never an empty one
+    none = contextualize(tools, [{"role": "user", "content": "hello"}])[0]
+    props = none["function"]["parameters"]["properties"]
+    assert props["day"]["enum"] == day["enum"] and props["time"]["enum"] == time["enum"]
+    assert "enum" not in props["name"] and props["name"]["maxLength"] == 40  # free text stays
+    with pytest.raises(ValueError, match="x-diffvoice-context"):
+        contextualize(_tool({"x": {"type": "string", KEY: "guess"}}), msgs)
+
+
+def test_receptionist_decoding_schemas():
+    from diffvoice.engine import DEFAULT_MODEL_DIR
+    from diffvoice.engine.train.booking_schemas import decoding_schemas
+    from diffvoice.engine.train.facts import load_facts
+    from diffvoice.engine.train.tool_schemas import tool_schemas
+
+    facts = load_facts(DEFAULT_MODEL_DIR / "facts.yaml")
+    trained, served = tool_schemas(facts), decoding_schemas(facts)
+    for t, s in zip(trained, served, strict=True):  # same names and wire order
+        assert t["function"]["name"] == s["function"]["name"]
+        assert list(t["function"]["parameters"]["properties"]) == \
+            list(s["function"]["parameters"]["properties"])
+    book = served[1]["function"]["parameters"]["properties"]
+    hours = dict(facts.hours)
+    assert book["day"]["enum"] == [d for d in hours if hours[d] != "closed"]
+    assert "08:00" in book["time"]["enum"] and "07:30" not in book["time"]["enum"]
+    assert served[0]["function"]["parameters"]["properties"]["time"]["enum"][-1] is None
+    assert book["name"][KEY] == "name_span" and book["day"][KEY] == "mentioned"
+    schema_only = decoding_schemas(facts, context=False)
+    assert not any(KEY in p for t in schema_only
+                   for p in t["function"]["parameters"]["properties"].values())
+
+
+def test_random_model_calls_take_narrowed_values_from_the_conversation(tmp_path):
+    from diffvoice.engine import Engine, EngineConfig, SamplingParams
+    from diffvoice.engine.testing import make_random_checkpoint
+
+    ckpt = make_random_checkpoint(tmp_path / "random-sdar", family="sdar")
+    engine = Engine.from_pretrained(ckpt, EngineConfig(device="cpu", max_running=4))
+    tools = _tool({
+        "day": {"type": "string", "enum": ["monday", "tuesday", "friday"], KEY: "mentioned"},
+        "time": {"type": "string", "pattern": r"^([01]\d|2[0-3]):([0-5]\d)$", KEY: "mentioned"},
+        "name": {"type": "string", "maxLength": 40, KEY: "name_span"}})
+    convs = [("book me in on friday at half past 10", "put it under rosa ortiz"),
+             ("tuesday at 2 pm please", "the name is hugo")]
+
+    async def run():
+        out = []
+        for first, second in convs:
+            msgs = [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": second}]
+            params = SamplingParams(max_new_tokens=48, tools=tuple(tools), tool_choice="required",
+                                    temperature=0.0)
+            async for d in engine.generate(msgs, params):
+                if d.tool_call:
+                    out.append(json.loads(d.tool_call["arguments"]))
+        return out
+
+    try:
+        got = asyncio.run(run())
+    finally:
+        engine.close()
+    # whatever the weights: only what was said ("half past 10" also reads as a bare 10)
+    assert got[0]["day"] == "friday" and got[0]["time"] in ("10:30", "22:30", "10:00", "22:00")
+    assert got[0]["name"] == "rosa ortiz"  # the only name-like run of the caller's words
+    assert got[1] == {"day": "tuesday", "time": "14:00", "name": "hugo"}

@@ -1,0 +1,73 @@
+"""A booking through the OpenAI API with the shipped receptionist model and its served tools
+(ReceptionistTools.schemas: open days, the book's start times, day/time narrowed to what was
+said, the name copied from the caller's words), tool_choice auto, with the official openai
+client on loopback: slot filling over two turns, then the call with exactly the caller's values;
+the call runs against the SQLite book and its result goes back as a `tool` message."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+from test_openai_api import _LoopbackServer, _State
+
+from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
+                                reason="models/receptionist-tiny not present")
+
+
+@dataclass(frozen=True)
+class _Config:  # what the router reads; the clarify guard on, as `diffvoice serve` has it
+    model: str = str(DEFAULT_MODEL_DIR)
+    clarify: str = "auto"
+    clarify_below: float = 0.5
+    clarify_whole_reply: bool = True
+    api_keys: tuple[str, ...] = ()
+    max_new_tokens: int | None = 48
+    steps_per_block: int | None = None
+
+
+def test_api_booking_over_two_turns(tmp_path):
+    from diffvoice.voice.receptionist.tools import ReceptionistTools
+
+    tools = ReceptionistTools.for_model(DEFAULT_MODEL_DIR, db_path=tmp_path / "book.sqlite3")
+    engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(max_running=2))
+    try:
+        server = _LoopbackServer(_State(engine, _Config()))
+        try:
+            client = server.client()
+
+            def ask(messages):
+                r = client.chat.completions.create(model=engine.model_name, messages=messages,
+                                                   tools=tools.schemas, tool_choice="auto")
+                return r.choices[0]
+
+            # as Whisper tiny.en hears the spoken test's caller (test_spoken_booking.py)
+            messages = [{"role": "user", "content": "I need a cleaning on Friday. 10am."}]
+            first = ask(messages)
+            assert first.finish_reason == "stop" and "name" in first.message.content.lower()
+            messages += [{"role": "assistant", "content": first.message.content},
+                         {"role": "user", "content": "My name is Sam Jones."}]
+            second = ask(messages)
+            assert second.finish_reason == "tool_calls", second
+            call = second.message.tool_calls[0]
+            args = json.loads(call.function.arguments)
+            assert (call.function.name, args) == ("book_appointment", {
+                "service": "cleanings", "day": "friday", "time": "10:00", "name": "sam jones"})
+            result = tools.call(call.function.name, args)
+            assert result == {"booked": True}
+            messages += [{"role": "assistant", "content": None, "tool_calls": [{
+                "id": call.id, "type": "function", "function": {
+                    "name": call.function.name, "arguments": call.function.arguments}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}]
+            third = client.chat.completions.create(model=engine.model_name, messages=messages,
+                                                   tools=tools.schemas, tool_choice="none")
+            assert third.choices[0].finish_reason == "stop"
+            assert "booked" in third.choices[0].message.content.lower()
+        finally:
+            server.close()
+    finally:
+        engine.close()
+    assert tools.book.free_starts("cleanings", "friday").count("10:00") == 0

@@ -1,0 +1,175 @@
+"""The clarify guard at run time (voice/receptionist/clarify.py): on engine deltas, in the voice
+pipeline's DiffusionLLMService (pipecat run_test) and in the OpenAI API (TestClient), with the
+shipped receptionist model and its tools (the product path). Low first-block confidence -> the
+clarifying question, decided by the engine's own confidence (measured in the test); a confident
+answer passes through unchanged; the off switch passes the raw reply; a reply that is not
+well-formed is caught in whole-reply mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from pipecat.frames.frames import LLMContextFrame, LLMTextFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import run_test
+
+from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
+from diffvoice.engine.engine import Delta
+from diffvoice.engine.train.clarify import CLARIFY
+from diffvoice.voice.receptionist.clarify import ClarifyGuard, ClarifyRecord, clarify_guard_for
+
+HAS_MODEL = (DEFAULT_MODEL_DIR / "model.safetensors").is_file()
+UNSURE = "hours price"          # the model blends ("Sorryh we service would you like?v")
+SURE = "how much is a crown"    # "A crown is 900 dollars."
+
+
+async def _aiter(items):
+    for item in items:
+        yield item
+
+
+async def _collect(guard, deltas, **kw):
+    aborted = []
+    record = ClarifyRecord()
+    out = [d async for d in guard.wrap(_aiter(deltas), abort=lambda: aborted.append(1),
+                                       record=record, **kw)]
+    return out, aborted, record
+
+
+def _deltas(texts, conf, reason="stop"):
+    return [Delta("r", t, [], i == len(texts) - 1, reason if i == len(texts) - 1 else None,
+                  first_block_confidence=conf) for i, t in enumerate(texts)]
+
+
+WELL_FORMED = {"A crown is 900 dollars."}.__contains__
+
+
+async def test_guard_on_deltas():
+    streaming = ClarifyGuard(0.5, WELL_FORMED, whole_reply=False)
+    held = ClarifyGuard(0.5, WELL_FORMED, whole_reply=True)
+    sure = _deltas(["A crown ", "is 900 dollars."], 0.9)
+    out, aborted, rec = await _collect(streaming, sure)
+    assert out == sure and not aborted and not rec.clarified  # unchanged, delta for delta
+    out, aborted, rec = await _collect(held, sure)
+    assert [d.text for d in out] == ["A crown is 900 dollars."] and out[-1].finished
+    unsure = _deltas(["A crown ", "is 900 dollars."], 0.3)
+    out, aborted, rec = await _collect(streaming, unsure)
+    assert [d.text for d in out] == [CLARIFY] and out[0].finished and aborted == [1]
+    assert rec.clarified and rec.reason == "first_block" and rec.first_block_confidence == 0.3
+    out, aborted, rec = await _collect(streaming, unsure, first_block=False)
+    assert out == unsure and not rec.clarified
+    blend = _deltas(["We take walk, ", "fillings we can."], 0.9)
+    out, _, rec = await _collect(streaming, blend)  # streaming: only the first-block test
+    assert out == blend
+    out, aborted, rec = await _collect(held, blend)
+    assert [d.text for d in out] == [CLARIFY] and rec.reason == "not_well_formed"
+    call = [Delta("r", "", [], False), Delta("r", "", [], True, "tool_calls", tool_call={
+        "name": "book_appointment", "arguments": "{}"})]
+    out, _, rec = await _collect(held, call)
+    assert out == call and not rec.clarified
+    with pytest.raises(ValueError, match="clarify_below"):
+        ClarifyGuard(1.5, WELL_FORMED)
+
+
+@dataclass(frozen=True)
+class _Config:
+    model: str = str(DEFAULT_MODEL_DIR)
+    clarify: str = "auto"
+    clarify_below: float = 0.5
+    clarify_whole_reply: bool = True
+    api_keys: tuple[str, ...] = ()
+    max_new_tokens: int | None = 48
+    steps_per_block: int | None = None
+
+
+def test_guard_from_config(tmp_path):
+    assert clarify_guard_for(_Config(clarify="off")) is None
+    assert clarify_guard_for(_Config(model=str(tmp_path))) is None  # auto: no facts.yaml
+    with pytest.raises(ValueError, match="facts.yaml"):
+        clarify_guard_for(_Config(model=str(tmp_path), clarify="on"))
+    if HAS_MODEL:
+        guard = clarify_guard_for(_Config(clarify_below=0.3))
+        assert guard.threshold == 0.3 and guard.whole_reply
+        assert guard.is_well_formed("A crown is 900 dollars.")
+        assert not guard.is_well_formed("Sorryh we service would you like?v")
+
+
+@pytest.fixture(scope="module")
+def receptionist(tmp_path_factory):
+    if not HAS_MODEL:
+        pytest.skip("models/receptionist-tiny not present")
+    from diffvoice.voice.receptionist.tools import ReceptionistTools
+
+    tools = ReceptionistTools.for_model(DEFAULT_MODEL_DIR, db_path=tmp_path_factory.mktemp(
+        "clarify") / "book.sqlite3")
+    engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(max_running=2))
+    yield engine, tools
+    engine.close()
+
+
+async def _engine_reply(engine, question, tools):
+    text, conf = "", None
+    params = SamplingParams(max_new_tokens=48, tools=tuple(tools.schemas))
+    async for d in engine.generate([{"role": "user", "content": question}], params):
+        text += d.text
+        conf = d.first_block_confidence if d.first_block_confidence is not None else conf
+    return text, conf
+
+
+async def test_voice_service_asks_when_the_engine_is_unsure(receptionist):
+    from diffvoice.voice.llm_service import DiffusionLLMService
+
+    engine, tools = receptionist
+    unsure_text, unsure_conf = await _engine_reply(engine, UNSURE, tools)
+    sure_text, sure_conf = await _engine_reply(engine, SURE, tools)
+    assert unsure_conf < 0.5 <= sure_conf, (unsure_conf, sure_conf)  # the engine's own measure
+    guard = ClarifyGuard(0.5, None, whole_reply=False)  # the first-block test alone
+
+    async def spoken(question, clarify):
+        llm = DiffusionLLMService(engine, system_prompt=None, max_new_tokens=48, clarify=clarify)
+        context = LLMContext(messages=[{"role": "user", "content": question}],
+                             tools=tools.tools_schema())
+        down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(context)])
+        return "".join(f.text for f in down if isinstance(f, LLMTextFrame)), llm.last_clarify
+
+    text, record = await spoken(UNSURE, guard)
+    assert text == CLARIFY and record.clarified and record.reason == "first_block"
+    text, record = await spoken(SURE, guard)
+    assert text == sure_text and not record.clarified  # passes through unchanged
+    text, record = await spoken(UNSURE, None)  # guard off: the raw (blended) reply
+    assert text == unsure_text and record is None
+
+
+def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from diffvoice.voice.openai_api import make_router
+
+    engine, tools = receptionist
+
+    @dataclass
+    class _State:
+        engine: Engine
+        config: _Config
+
+    def ask(config, question):
+        app = FastAPI()
+        app.include_router(make_router(_State(engine, config)))
+        with TestClient(app) as client:
+            r = client.post("/v1/chat/completions", json={
+                "model": engine.model_name, "tools": tools.schemas, "max_tokens": 48,
+                "messages": [{"role": "user", "content": question}]})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["message"]["content"], r.headers
+
+    text, headers = ask(_Config(), UNSURE)
+    assert text == CLARIFY and headers["x-diffvoice-clarified"] == "first_block"
+    text, headers = ask(_Config(), SURE)
+    assert text == "A crown is 900 dollars." and "x-diffvoice-clarified" not in headers
+    text, headers = ask(_Config(clarify="off"), UNSURE)
+    assert text != CLARIFY and "x-diffvoice-clarified" not in headers
+    # threshold 0: only the whole-reply test; the blend is still not well-formed
+    text, headers = ask(_Config(clarify_below=0.0), UNSURE)
+    assert text == CLARIFY and headers["x-diffvoice-clarified"] == "not_well_formed"

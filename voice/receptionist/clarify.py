@@ -1,0 +1,146 @@
+"""Ask instead of blending, at run time: the clarify guard on the serving paths.
+
+    guard = clarify_guard_for(config, warnings)     # ClarifyGuard | None (ServeConfig fields)
+    async for delta in guard.wrap(engine.generate(...), abort=lambda: engine.abort(rid)): ...
+The same rule as `eval-model` (engine.train.clarify.guard), applied to a stream of engine
+`Delta`s by the voice pipeline's DiffusionLLMService and the OpenAI API:
+  * first block: when the engine's own `Delta.first_block_confidence` (the lowest softmax
+    probability of any token it committed in the reply's first block) is below `threshold`,
+    the request is aborted at once and the caller gets CLARIFY ("Sorry, was that about our
+    hours, our prices, or an appointment?") instead of the reply — before anything was spoken;
+  * whole reply (`whole_reply=True`): the reply is held until it is complete and replaced by
+    CLARIFY when it is not well-formed (not exactly an answer the model's fact sheet yields, a
+    flow reply shape or a call: engine.train.data.DataGenerator.is_well_formed). This costs the
+    rest of the reply's decoding before the first word is spoken (a few blocks for this model);
+    `whole_reply=False` streams as before and applies only the first-block test;
+  * the first-block test only for requests the threshold is calibrated for
+    (`ClarifyGuard.calibrated(params)`: "fast" decoding, which every tool-carrying request uses);
+  * tool calls pass unchanged (a constrained call is well-formed by construction), and so do
+    replies whose request carried no text (errors, aborts).
+A clarified delta is the last one: text CLARIFY, finished, finish_reason "stop",
+`clarified=True` set on the guard's `last` record. `clarify_guard_for` builds a guard from
+ServeConfig: clarify "off" -> None; "auto" -> a guard when the model directory has a facts.yaml
+(the receptionist), else None; "on" -> a guard or a ValueError naming the problem.
+Knows nothing about pipecat or HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD
+
+CLARIFY_MODES = ("auto", "on", "off")
+
+
+@dataclasses.dataclass
+class ClarifyRecord:
+    clarified: bool = False
+    reason: str | None = None            # "first_block" | "not_well_formed"
+    first_block_confidence: float | None = None
+
+
+class ClarifyGuard:
+    def __init__(self, threshold: float = DEFAULT_THRESHOLD,
+                 is_well_formed: Callable[[str], bool] | None = None,
+                 whole_reply: bool = True, question: str = CLARIFY) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"clarify_below must be in [0, 1], got {threshold}")
+        if whole_reply and is_well_formed is None:
+            raise ValueError("the whole-reply test needs an is_well_formed function")
+        self.threshold = threshold
+        self.is_well_formed = is_well_formed
+        self.whole_reply = whole_reply
+        self.question = question
+
+    def _clarified(self, delta, record: ClarifyRecord, reason: str):
+        record.clarified, record.reason = True, reason
+        return dataclasses.replace(delta, text=self.question, finished=True,
+                                   finish_reason="stop", tool_call=None)
+
+    @staticmethod
+    def calibrated(params) -> bool:
+        """Whether the first-block test applies to a request with these SamplingParams: the
+        threshold was chosen on confidences of the engine's "fast" decoding (which every
+        constrained / tool-carrying request uses); the family's "reference" decoding commits
+        its least sure tokens last by schedule, so its first-block minimum runs much lower
+        (e.g. 0.28 for the right answer to "what are your hours")."""
+        return getattr(params, "decoding", "fast") == "fast" or bool(getattr(params, "tools", ()))
+
+    async def wrap(self, deltas: AsyncIterator[Any], abort: Callable[[], None],
+                   record: ClarifyRecord | None = None,
+                   first_block: bool = True) -> AsyncIterator[Any]:
+        """The engine's deltas, guarded (see the module docstring); `first_block=False` skips
+        the confidence test (see `calibrated`)."""
+        record = record if record is not None else ClarifyRecord()
+        held: list = []
+        checked = not first_block
+        async for delta in deltas:
+            conf = getattr(delta, "first_block_confidence", None)
+            if not checked and conf is not None:
+                checked = True
+                record.first_block_confidence = conf
+                if conf < self.threshold and getattr(delta, "tool_call", None) is None:
+                    if not delta.finished:
+                        abort()
+                    yield self._clarified(delta, record, "first_block")
+                    return
+            if getattr(delta, "tool_call", None) is not None or not self.whole_reply:
+                for d in held:  # nothing is held back once a call (or streaming) is certain
+                    yield d
+                held = []
+                yield delta
+                continue
+            held.append(delta)
+            if not delta.finished:
+                continue
+            text = "".join(d.text for d in held).strip()
+            if text and delta.finish_reason in ("stop", "length") \
+                    and not self.is_well_formed(text):
+                yield self._clarified(delta, record, "not_well_formed")
+                return
+            merged = dataclasses.replace(delta, text="".join(d.text for d in held))
+            held = []
+            yield merged
+        for d in held:  # the stream ended without a final delta (engine gone): pass it on
+            yield d
+
+
+def clarify_guard_for(config, warnings: list[str] | None = None) -> ClarifyGuard | None:
+    """A guard for `config.model` per ServeConfig's clarify fields (see the module docstring)."""
+    mode = getattr(config, "clarify", "off")
+    if mode == "off":
+        return None
+    facts = Path(config.model) / "facts.yaml"
+    if not facts.is_file():
+        if mode == "on":
+            raise ValueError(f"clarify: {facts} not found (the guard needs the model's fact "
+                             "sheet to tell a well-formed reply)")
+        return None
+    try:
+        from diffvoice.engine.train.data import DataGenerator
+        from diffvoice.engine.train.facts import load_facts
+
+        gen = DataGenerator(load_facts(facts))
+    except (ImportError, OSError, ValueError) as exc:
+        if mode == "on":
+            raise ValueError(f"clarify: {exc}") from exc
+        if warnings is not None:
+            warnings.append(f"clarify guard disabled: {exc}")
+        return None
+    return ClarifyGuard(config.clarify_below, gen.is_well_formed, config.clarify_whole_reply)
+
+
+def guard_of(state) -> ClarifyGuard | None:
+    """The server's guard, built once from `state.config` and kept on the state object."""
+    guard = getattr(state, "_clarify_guard", _UNSET)
+    if guard is _UNSET:
+        guard = clarify_guard_for(state.config, getattr(state, "warnings", None))
+        state._clarify_guard = guard
+    return guard
+
+
+_UNSET = object()
