@@ -16,10 +16,32 @@ from diffvoice.engine.train.tool_schemas import spoken_time
 
 _WORDS = ("twelve one two three four five six seven eight nine ten eleven twelve").split()
 FIRST = ("ann mark lisa tom sara james maria david emma john olivia peter grace kevin nina paul "
-         "laura sam rachel daniel chloe mike anna steve julia ben kate ryan amy luke helen").split()
+         "laura sam rachel daniel chloe mike anna steve julia ben kate ryan amy luke helen "
+         "aisha ahmed ali amir ana andre arjun bea bill carlos carmen chen chris dan dev diana "
+         "elena eli eric fatima frank gary gina hannah harry ian jack jade jamal jane jason "
+         "jen joe jorge josh karen kim lena leo liam lily lucy mai marco mei mia nate neil "
+         "noah omar pablo priya raj ravi rita rob sean sofia sunil tara theo tina tony "
+         "victor wei will yusuf zara zoe").split()
 LAST = ("lee smith jones brown garcia miller davis wilson taylor clark lewis walker hall young "
         "king wright lopez hill green adams baker nelson carter mitchell perez roberts turner "
-        "phillips campbell parker").split()
+        "phillips campbell parker ahmed bailey bell brooks chen cole cook cooper cruz diaz "
+        "edwards evans foster gray hughes jackson james kelly khan kim lin long martin meyer "
+        "morgan murphy nguyen olsen patel price reed reyes rivera ross russell sanchez scott "
+        "shah singh stone sullivan ward watson white wood wu yang").split()
+# syllables of made-up caller names (training only): callers' names are often ones the model
+# never saw, so it must learn to copy a name rather than recall one
+_ONSETS = ("b d f g h j k l m n p r s t v w z br ch dr gr kr pr sh st tr").split()
+_VOWELS = ("a e i o u ai ay ee ia io oa ou").split()
+_CODAS = ("", "", "", "n", "r", "l", "s", "th", "k", "m", "x", "nd")
+
+
+def made_up_name(rng: random.Random) -> str:
+    """A pronounceable made-up word of 1-3 syllables ("dramik", "sheelo")."""
+    syllables = rng.choice((1, 2, 2, 3))
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(syllables)) \
+        + rng.choice(_CODAS)
+
+
 # held-out callers (never in training)
 FIRST_HELD = "oscar ivy felix rosa hugo".split()
 LAST_HELD = "quinn ortiz hayes moreno fischer".split()

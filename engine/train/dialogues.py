@@ -35,6 +35,7 @@ from diffvoice.engine.train.dialogue_phrases import (  # noqa: F401  (re-exporte
     NO_SERVICE,
     TIME_PARTS,
     Turn,
+    made_up_name,
     say_time,
     spoken_times,
 )
@@ -48,6 +49,8 @@ from diffvoice.engine.train.tool_schemas import (
     tool_call_text,
     tool_schemas,
 )
+
+HELD_NAMES = frozenset(FIRST_HELD) | frozenset(LAST_HELD)
 
 
 class Dialogues(OtherFlows):
@@ -69,9 +72,19 @@ class Dialogues(OtherFlows):
         return rng.choice(table[split])
 
     def _name(self, split: str, rng: random.Random) -> str:
-        first, last = (FIRST, LAST) if split == "train" else (FIRST_HELD, LAST_HELD)
-        return rng.choice(first) if rng.random() < 0.25 else f"{rng.choice(first)} " \
-            f"{rng.choice(last)}"
+        """A caller's name: held-out lists for "heldout"; for training, known names or (30% of
+        the parts) made-up ones, never a held-out name."""
+        if split != "train":
+            first, last = rng.choice(FIRST_HELD), rng.choice(LAST_HELD)
+        else:
+            def part(names):
+                if rng.random() < 0.3:
+                    made = made_up_name(rng)
+                    if made not in HELD_NAMES:
+                        return made
+                return rng.choice(names)
+            first, last = part(FIRST), part(LAST)
+        return first if rng.random() < 0.25 else f"{first} {last}"
 
     def _alias(self, service: str, rng: random.Random) -> str:
         return rng.choice(self.services[service].aliases)
