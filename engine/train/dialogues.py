@@ -74,16 +74,17 @@ class Dialogues(OtherFlows):
     def _name(self, split: str, rng: random.Random) -> str:
         """A caller's name: held-out lists for "heldout"; for training, known names or (30% of
         the parts) made-up ones, never a held-out name."""
-        if split != "train":
-            first, last = rng.choice(FIRST_HELD), rng.choice(LAST_HELD)
-        else:
-            def part(names):
-                if rng.random() < 0.3:
-                    made = made_up_name(rng)
-                    if made not in HELD_NAMES:
-                        return made
-                return rng.choice(names)
-            first, last = part(FIRST), part(LAST)
+        if split != "train":  # (the draws of v2's held-out set, unchanged)
+            return rng.choice(FIRST_HELD) if rng.random() < 0.25 else \
+                f"{rng.choice(FIRST_HELD)} {rng.choice(LAST_HELD)}"
+
+        def part(names):
+            if rng.random() < 0.3:
+                made = made_up_name(rng)
+                if made not in HELD_NAMES:
+                    return made
+            return rng.choice(names)
+        first, last = part(FIRST), part(LAST)
         return first if rng.random() < 0.25 else f"{first} {last}"
 
     def _alias(self, service: str, rng: random.Random) -> str:
