@@ -79,6 +79,17 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def _heard_its_days(record: dict) -> bool:
+    """A cached booking opener is used only if every day its reply names was heard: training on
+    'Can you work a cleaning gun' -> 'What time on Friday ...' would teach inventing a day."""
+    if record["intent"] != "book":
+        return True
+    heard = set(normalize(record["heard"]).replace("'s", "").split()) | {
+        w.rstrip("s") for w in normalize(record["heard"]).split()}
+    said = normalize(record.get("reply", "") + " " + " ".join(record.get("call") or ()))
+    return len(heard) >= 3 and all(day in heard for day in DAYS if day in said.split())
+
+
 def _join_days(days: list[str]) -> str:
     names = [d.capitalize() for d in days]
     return names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
@@ -116,7 +127,8 @@ class DataGenerator:
         known = {(i, s) for i, s, _ in self.units} | {("book", None)}
         self.asr_cache = [r for r in self._asr_raw if (r["intent"], r.get("slot")) in known
                           and r["heard"].strip()
-                          and normalize(r["heard"]) not in self._heldout_filled]
+                          and normalize(r["heard"]) not in self._heldout_filled
+                          and _heard_its_days(r)]
         self.chitchat_train: list[str] = []
         self.chitchat_eval: list[str] = []
         self._chitchat_words: list[str] = []
