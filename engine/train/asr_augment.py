@@ -3,6 +3,7 @@
 Training never runs ASR: it reads the committed cache (`load_cache`). This module (re)builds it:
 
   python -m diffvoice.engine.train.asr_augment train --out engine/train/asr_train.jsonl --n 700
+  (--append adds the questions of another --seed to an existing cache)
   python -m diffvoice.engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
 
 `train`: N single-turn training questions of the default fact sheet (training templates only, plus
@@ -36,7 +37,9 @@ INDEPENDENT_CACHE = HERE / "independent_asr.jsonl"
 # (espeak voice, rates, pitches); evaluation voices/rates are disjoint from training ones
 TRAIN_VOICES = (("en-us", (150, 165, 180), (40, 50, 60)), ("en-gb", (150, 170), (45, 55)),
                 ("en-us+f3", (155, 175), (55, 70)), ("en-029+m3", (145, 165), (40, 50)),
-                ("en-gb-x-gbclan", (160,), (50,)))
+                ("en-gb-x-gbclan", (160,), (50,)), ("en-gb-x-rp+m3", (150, 175), (45, 60)),
+                ("en-gb-x-gbcwmd+f4", (155, 170), (55, 65)), ("en-us+m7", (160, 185), (40, 50)),
+                ("en-029+f1", (150, 170), (55, 65)))
 EVAL_VOICES = (("en-gb-scotland+f2", 140, 60), ("en-us-nyc+m5", 190, 45))
 
 
@@ -133,12 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=700, help="training questions to speak")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--append", action="store_true",
-                        help="independent: speak only questions missing from --out, append them")
+                        help="speak only questions missing from --out and append them")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     if args.which == "train":
-        build(train_questions(args.n, args.seed), TRAIN_VOICES, args.out or TRAIN_CACHE, rng,
-              all_voices=False)
+        out = args.out or TRAIN_CACHE
+        done = {r["said"].lower() for r in load_cache(out)} if args.append else set()
+        records = [r for r in train_questions(args.n, args.seed) if r["said"].lower() not in done]
+        build(records, TRAIN_VOICES, out, rng, all_voices=False, append=args.append)
     else:
         from diffvoice.engine.train.independent import load_independent
 

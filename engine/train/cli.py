@@ -33,10 +33,11 @@ _HELP = {
            "facts.yaml) plus train_state.pt for resuming",
     "facts": "fact sheet YAML (see engine/train/default_facts.yaml for the schema)",
     "seed": "seed for data, masks and initialisation",
-    "max_steps": "optimizer steps (the learning-rate schedule spans them; the default, about "
-                 "6.6M tokens, is estimated at ~26 minutes on a quiet 2-core CPU)",
-    "time_budget_s": "stop after this many seconds of training (schedule decays by then too); "
-                     "e.g. 1500 caps a run at 25 minutes on a busy machine",
+    "max_steps": "optimizer steps (the learning-rate schedule spans them, unless the time budget "
+                 "ends the run first)",
+    "time_budget_s": "stop after this many seconds of training loop; the learning-rate schedule "
+                     "decays by then too, so a busy machine gets fewer steps, not an undecayed "
+                     "model (0 = no budget: exactly --max-steps, for a reproducible run)",
     "stop_at_step": "pause after this step (schedule unchanged); run again to resume",
     "batch_size": "examples per step",
     "lr": "peak learning rate (AdamW)",

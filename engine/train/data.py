@@ -30,13 +30,16 @@ from diffvoice.engine.train.templates import (
     SMALL_TALK_INTENTS,
     SUFFIXES,
 )
-from diffvoice.engine.train.variants import vary
+from diffvoice.engine.train.variants import disfluent, in_context, stray_words, vary
 
 # the training mixture (probabilities per drawn example): the recipe
-P_DIALOGUE = 0.3    # booking / availability / cancel / follow-up examples (dialogues.py)
+P_DIALOGUE = 0.35   # booking / availability / cancel / follow-up examples (dialogues.py)
 P_VARY = 0.45       # single questions rewritten by variants.vary
 P_ASR = 0.2         # single questions replaced by a cached ASR transcript (asr_cache.py)
 P_HISTORY = 0.2     # single questions preceded by an unrelated previous exchange
+P_CONTEXT = 0.1     # single questions inside an unrelated chit-chat line (variants.in_context)
+P_DISFLUENT = 0.15  # dialogue turns with a restart or hesitation (variants.disfluent)
+P_STRAY = 0.1       # single questions with one or two unrelated chit-chat words dropped in
 
 # words a caller slips in anywhere (training-time augmentation only)
 _INSERTS = ("just", "like", "actually", "really", "um", "uh", "so", "maybe", "you know", "i mean",
@@ -76,6 +79,17 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def _heard_its_days(record: dict) -> bool:
+    """A cached booking opener is used only if every day its reply names was heard: training on
+    'Can you work a cleaning gun' -> 'What time on Friday ...' would teach inventing a day."""
+    if record["intent"] != "book":
+        return True
+    heard = set(normalize(record["heard"]).replace("'s", "").split()) | {
+        w.rstrip("s") for w in normalize(record["heard"]).split()}
+    said = normalize(record.get("reply", "") + " " + " ".join(record.get("call") or ()))
+    return len(heard) >= 3 and all(day in heard for day in DAYS if day in said.split())
+
+
 def _join_days(days: list[str]) -> str:
     names = [d.capitalize() for d in days]
     return names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
@@ -113,9 +127,11 @@ class DataGenerator:
         known = {(i, s) for i, s, _ in self.units} | {("book", None)}
         self.asr_cache = [r for r in self._asr_raw if (r["intent"], r.get("slot")) in known
                           and r["heard"].strip()
-                          and normalize(r["heard"]) not in self._heldout_filled]
+                          and normalize(r["heard"]) not in self._heldout_filled
+                          and _heard_its_days(r)]
         self.chitchat_train: list[str] = []
         self.chitchat_eval: list[str] = []
+        self._chitchat_words: list[str] = []
         if use_chitchat:
             self._load_chitchat()
 
@@ -276,12 +292,29 @@ class DataGenerator:
             varied = vary(ex.question.lower().rstrip("?.!"), rng)
             if normalize(varied) not in self._heldout_filled:
                 ex = dataclasses.replace(ex, question=varied + rng.choice(["?", "", "."]))
-        return ex
+        return self._distract(ex, rng)
+
+    def _distract(self, ex: Example, rng: random.Random) -> Example:
+        """Training only: unrelated talk around the question or stray words in it (from the
+        training chit-chat lines), so unfamiliar words do not decide the answer."""
+        if not self.chitchat_train or ex.intent == "out_of_scope":
+            return ex
+        roll = rng.random()
+        if roll < P_CONTEXT:
+            text = in_context(ex.question.rstrip("?.!"), rng.choice(self.chitchat_train), rng)
+        elif roll < P_CONTEXT + P_STRAY:
+            text = stray_words(ex.question, self._chitchat_words, rng)
+        else:
+            return ex
+        return dataclasses.replace(ex, question=text)
 
     def sample_train(self, rng: random.Random) -> Example:
         roll = rng.random()
         if roll < P_DIALOGUE:
-            return self.from_turn(self.dialogues.sample(rng, "train"), "dialogue:train")
+            ex = self.from_turn(self.dialogues.sample(rng, "train"), "dialogue:train")
+            if rng.random() < P_DISFLUENT:  # "i'd like to uh i'd like to book ..."
+                ex = dataclasses.replace(ex, question=disfluent(ex.question, rng))
+            return ex
         if roll < P_DIALOGUE + P_ASR * (1 - P_DIALOGUE) and self.asr_cache:
             rec = rng.choice(self.asr_cache)
             if rec["intent"] == "book":  # a cached booking opener: its reply is a flow reply
@@ -386,3 +419,6 @@ class DataGenerator:
             bucket = zlib.crc32(key.encode()) % 10
             (self.chitchat_eval if bucket == 0 else self.chitchat_train).append(text)
         random.Random(0).shuffle(self.chitchat_eval)
+        words = {w for line in self.chitchat_train for w in normalize(line).split()}
+        self._chitchat_words = sorted(w for w in words if len(w) > 2 and w.isalpha() and not
+                                      _CHITCHAT_BLOCKLIST.search(w))

@@ -1,5 +1,4 @@
-"""Multi-turn training/eval examples: booking, availability and cancelling with tool calls, slot
-filling over turns, and follow-up questions that lean on the previous exchange.
+"""Multi-turn training/eval examples, part 1: booking and slot filling (the `Dialogues` class).
 
 `Dialogues(facts, answer)` (answer = DataGenerator.answer) builds `Turn`s: the chat `messages`
 (OpenAI format: the previous exchange, the current user message, and the current turn's tool call
@@ -7,9 +6,10 @@ and tool result when there is one) and the ONE reply the model must give: a spok
 tool call's wire text (engine.train.tool_schemas). Slot-filling questions restate every slot known
 so far ("And what name should I put a cleaning on Friday at 10 am under?"), so one previous
 exchange carries the whole booking state. `split` ("train" / "heldout") selects disjoint phrasing
-lists and disjoint caller names, so held-out booking accuracy is measured on unseen phrasings.
-`is_flow_reply(text)` recognises every reply shape these flows produce (for the well-formed rate).
-Knows nothing about tokenizers or models.
+lists and disjoint caller names (engine.train.dialogue_phrases), so held-out booking accuracy is
+measured on unseen phrasings. Availability checks, cancelling and follow-up questions are built by
+the `OtherFlows` mixin (engine.train.dialogue_flows). `is_flow_reply(text)` recognises every reply
+shape these flows produce (for the well-formed rate). Knows nothing about tokenizers or models.
 """
 
 from __future__ import annotations
@@ -17,8 +17,28 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
 
+from diffvoice.engine.train.dialogue_flows import OtherFlows
+from diffvoice.engine.train.dialogue_phrases import (  # noqa: F401  (re-exported)
+    ANSWER_DAY,
+    ANSWER_NAME,
+    ANSWER_SERVICE,
+    ANSWER_TIME,
+    ASK_TIMES,
+    BOOK_VERBS,
+    DAY_PARTS,
+    FIRST,
+    FIRST_HELD,
+    LAST,
+    LAST_HELD,
+    NAME_PARTS,
+    NO_SERVICE,
+    TIME_PARTS,
+    Turn,
+    made_up_name,
+    say_time,
+    spoken_times,
+)
 from diffvoice.engine.train.facts import DAYS, FactSheet
 from diffvoice.engine.train.tool_schemas import (
     parse_tool_call,
@@ -30,121 +50,10 @@ from diffvoice.engine.train.tool_schemas import (
     tool_schemas,
 )
 
-_WORDS = ("twelve one two three four five six seven eight nine ten eleven twelve").split()
-FIRST = ("ann mark lisa tom sara james maria david emma john olivia peter grace kevin nina paul "
-         "laura sam rachel daniel chloe mike anna steve julia ben kate ryan amy luke helen").split()
-LAST = ("lee smith jones brown garcia miller davis wilson taylor clark lewis walker hall young "
-        "king wright lopez hill green adams baker nelson carter mitchell perez roberts turner "
-        "phillips campbell parker").split()
-# held-out callers (never in training)
-FIRST_HELD = "oscar ivy felix rosa hugo".split()
-LAST_HELD = "quinn ortiz hayes moreno fischer".split()
-
-BOOK_VERBS = ({
-    "train": ["i'd like to book", "can i book", "i want to book", "i need to book", "please book",
-              "could i schedule", "i want to schedule", "i'd like to schedule", "can i get",
-              "i need", "i'd like to make an appointment for", "can you book me in for",
-              "i'd like to come in for", "can i make an appointment for", "set me up with",
-              "i'm looking to book", "is it possible to book", "i'd like an appointment for",
-              "can you put me down for", "i wanna book", "could you book"],
-    "heldout": ["i would love to get", "could you squeeze me in for", "i'm hoping to book",
-                "let me book", "sign me up for"]})
-NO_SERVICE = ("an appointment", "a visit", "a slot", "an appointment please", "me in")
-DAY_PARTS = {"train": ["on {d}", "for {d}", "this {d}", "next {d}", "{d}", "on {d} please"],
-             "heldout": ["sometime {d}", "for this coming {d}"]}
-TIME_PARTS = {"train": ["at {t}", "around {t}", "for {t}", "{t}", "at about {t}"],
-              "heldout": ["say {t}", "at roughly {t}"]}
-NAME_PARTS = {"train": ["for {n}", "my name is {n}", "under {n}", "it's for {n}",
-                        "the name is {n}", "name's {n}", "this is {n}"],
-              "heldout": ["put it under {n}", "and i'm {n}"]}
-AVAIL_OPENERS = {
-    "train": ["do you have anything {d} for {s}", "what times do you have {d} for {s}",
-              "is there availability {d} for {s}", "any openings {d} for {s}",
-              "when can i come in {d} for {s}", "what's free {d} for {s}",
-              "do you have any slots {d} for {s}", "is {t} {d} free for {s}",
-              "do you have {t} {d} for {s}", "is {t} available {d} for {s}",
-              "can i get {s} {d} at {t} is that free", "are you free {d} at {t} for {s}"],
-    "heldout": ["what openings are there {d} for {s}", "got any time {d} for {s}",
-                "would {t} {d} work for {s}"]}
-ANSWER_SERVICE = {"train": ["{s}", "{s} please", "it's for {s}", "just {s}", "um {s}",
-                            "i need {s}", "i'd like {s}", "{s} {d}"],
-                  "heldout": ["for {s}", "i was thinking {s}"]}
-ANSWER_DAY = {"train": ["{d}", "on {d}", "{d} please", "how about {d}", "{d} works",
-                        "{d} at {t}", "um {d} i guess", "this {d}"],
-              "heldout": ["let's do {d}", "maybe {d}"]}
-ANSWER_TIME = {"train": ["{t}", "at {t}", "{t} please", "around {t}", "{t} if possible",
-                         "{t} would be great", "{t} for {n}", "um {t}"],
-               "heldout": ["let's say {t}", "{t} works for me"]}
-ASK_TIMES = {"train": ["what times do you have", "what's free", "what do you have",
-                       "what's available", "when are you free"],
-             "heldout": ["which times are open"]}
-ANSWER_NAME = {"train": ["{n}", "it's {n}", "my name is {n}", "{n} please", "the name is {n}",
-                         "name's {n}", "um {n}", "{n} thanks"],
-               "heldout": ["you can put {n}", "that would be {n}"]}
-CANCEL_OPENERS = {
-    "train": ["i need to cancel my appointment", "cancel my appointment", "i want to cancel",
-              "i'd like to cancel my appointment", "i have to cancel my {d} appointment",
-              "i can't make it {d} please cancel", "please cancel my appointment {d}",
-              "can you cancel my booking", "i need to cancel {d}"],
-    "heldout": ["i won't make it {d} so cancel it", "scrap my appointment"]}
-FOLLOW_PRICE = {"train": ["how much is that", "and the price", "what does that cost",
-                          "how much is it", "and how much", "what's the price", "cost"],
-                "heldout": ["and what would that cost me", "price"]}
-FOLLOW_DURATION = {"train": ["how long does that take", "how long is it", "and how long",
-                             "how long will that be", "how long does it take", "how much time"],
-                   "heldout": ["and how long is that", "duration"]}
-FOLLOW_OTHER = {"train": ["and {x}", "what about {x}", "how about {x}", "and for {x}",
-                          "and {x} then"],
-                "heldout": ["ok and {x}", "then {x}"]}
-FOLLOW_BOOK = {"train": ["can i book that", "i'd like to book that", "book me in for that",
-                         "can i come in then", "can i get that"],
-               "heldout": ["sign me up"]}
+HELD_NAMES = frozenset(FIRST_HELD) | frozenset(LAST_HELD)
 
 
-@dataclass(frozen=True)
-class Turn:
-    messages: tuple[dict, ...]
-    reply: str
-    intent: str      # "book", "availability", "cancel", "follow:price", ...
-    slot: str | None
-    call: tuple[str, str] | None = None  # (name, arguments JSON) when the reply is a call
-
-
-def spoken_times(times: list[str]) -> str:
-    words = [spoken_time(t) for t in times]
-    if len(words) == 1:
-        return words[0]
-    if len(words) == 2:
-        return f"{words[0]} or {words[1]}"
-    return ", ".join(words[:-1]) + ", or " + words[-1]
-
-
-def say_time(hhmm: str, rng: random.Random) -> str:
-    """How a caller (or their ASR) says 10:30: '10:30', 'ten thirty', 'half past ten', ..."""
-    hour, minute = int(hhmm[:2]), int(hhmm[3:])
-    h12 = hour % 12 or 12
-    half = "am" if hour < 12 else "pm"
-    word = _WORDS[h12]
-    if minute == 0:
-        options = [f"{h12}", f"{h12} {half}", f"{h12} {half[0]}.m.", f"{h12}{half}",
-                   f"{h12} o'clock", word, f"{word} {half}", f"{word} o'clock",
-                   f"{h12} in the {'morning' if hour < 12 else 'afternoon'}"]
-        if hour == 12:
-            options += ["noon", "midday", "12 noon"]
-    else:
-        options = [f"{h12}:{minute:02d}", f"{h12}:{minute:02d} {half}", f"{h12} {minute}",
-                   f"{word} {_min_word(minute)}", f"half past {h12}", f"half past {word}",
-                   f"{h12}:{minute:02d} {half[0]}.m."]
-        if minute != 30:
-            options = options[:4]
-    return rng.choice(options)
-
-
-def _min_word(minute: int) -> str:
-    return {30: "thirty", 15: "fifteen", 45: "forty five"}.get(minute, str(minute))
-
-
-class Dialogues:
+class Dialogues(OtherFlows):
     def __init__(self, facts: FactSheet, answer) -> None:
         self.facts = facts
         self.answer = answer
@@ -163,9 +72,20 @@ class Dialogues:
         return rng.choice(table[split])
 
     def _name(self, split: str, rng: random.Random) -> str:
-        first, last = (FIRST, LAST) if split == "train" else (FIRST_HELD, LAST_HELD)
-        return rng.choice(first) if rng.random() < 0.25 else f"{rng.choice(first)} " \
-            f"{rng.choice(last)}"
+        """A caller's name: held-out lists for "heldout"; for training, known names or (30% of
+        the parts) made-up ones, never a held-out name."""
+        if split != "train":  # (the draws of v2's held-out set, unchanged)
+            return rng.choice(FIRST_HELD) if rng.random() < 0.25 else \
+                f"{rng.choice(FIRST_HELD)} {rng.choice(LAST_HELD)}"
+
+        def part(names):
+            if rng.random() < 0.3:
+                made = made_up_name(rng)
+                if made not in HELD_NAMES:
+                    return made
+            return rng.choice(names)
+        first, last = part(FIRST), part(LAST)
+        return first if rng.random() < 0.25 else f"{first} {last}"
 
     def _alias(self, service: str, rng: random.Random) -> str:
         return rng.choice(self.services[service].aliases)
@@ -213,37 +133,6 @@ class Dialogues:
         if alts:
             return f"Sorry, {when} is taken. I can do {spoken_times(alts)} instead."
         return f"Sorry, {args['day'].capitalize()} is fully booked. Would another day work?"
-
-    def avail_result_reply(self, args: dict, result: dict) -> str:
-        day, spoken, times = args["day"].capitalize(), self._spoken(args["service"]), \
-            result["available"]
-        if args.get("time"):
-            when = f"{day} at {spoken_time(args['time'])}"
-            if times and times[0] == args["time"]:
-                return f"Yes, {when} is free for {spoken}. What name should I put it under?"
-            if times:
-                return f"Sorry, {when} is taken. I can do {spoken_times(times)} instead."
-        if times:
-            return (f"On {day} we have {spoken_times(times)} free for {spoken}. "
-                    f"Which would you like?")
-        return f"Sorry, we have nothing free on {day} for {spoken}. Would another day work?"
-
-    def error_reply(self) -> str:
-        return (f"Sorry, something went wrong on my end. Please call us at {self.facts.phone} "
-                f"to book.")
-
-    def cancel_ask(self, s: dict) -> str:
-        if not s.get("day"):
-            under = f" under {s['name']}" if s.get("name") else ""
-            return f"Sure, which day is the appointment{under} you'd like to cancel?"
-        return f"And what name is the {s['day'].capitalize()} appointment under?"
-
-    @staticmethod
-    def cancel_result_reply(args: dict, result: dict) -> str:
-        day = args["day"].capitalize()
-        if result.get("cancelled"):
-            return f"Your {day} appointment is cancelled."
-        return f"Sorry, I couldn't find an appointment on {day} under that name."
 
     # ------------------------------------------------------------------ caller utterances
     def _opener(self, s: dict, split: str, rng: random.Random) -> str:
@@ -343,59 +232,6 @@ class Dialogues:
         return Turn((self._user(opener), self._assistant(question), self._user(text)), reply,
                     "book" if call else "slot_fill", new.get("service"), call)
 
-    def _availability(self, rng, split):
-        service, day = rng.choice(list(self.services)), rng.choice(self.open_days)
-        template = self._pick(AVAIL_OPENERS, split, rng)
-        time = self._time(day, rng) if "{t}" in template else None
-        text = template.format(d=rng.choice(["on ", "this ", "", "for "]) + day,
-                               s=self._alias(service, rng), t=say_time(time or "10:00", rng))
-        reply, call = self._call("check_availability",
-                                 {"service": service, "day": day, "time": time})
-        return Turn((self._user(text),), reply, "availability", service, call)
-
-    def _avail_result_parts(self, rng, split):
-        turn = self._availability(rng, split)
-        args = json.loads(turn.call[1])["arguments"]
-        grid = slot_times(self.hours[args["day"]])
-        n = rng.choice([0, 1, 2, 3, 3])
-        times = sorted(rng.sample(grid, min(n, len(grid))))
-        if args["time"] and rng.random() < 0.5:
-            times = [args["time"]] + [t for t in times if t != args["time"]][:2]
-        elif args["time"]:
-            times = [t for t in times if t != args["time"]]
-        result = {"available": times}
-        msgs = turn.messages + (self._assistant_call(turn.reply),
-                                {"role": "tool", "content": result_text(result)})
-        return msgs, args, result
-
-    def _avail_result(self, rng, split):
-        if rng.random() < 0.05:
-            return self._error(rng, split)
-        msgs, args, result = self._avail_result_parts(rng, split)
-        return Turn(msgs, self.avail_result_reply(args, result), "avail_result", args["service"])
-
-    def _after_avail(self, rng, split):
-        """The caller picks a time offered by check_availability (or names themselves)."""
-        msgs, args, result = self._avail_result_parts(rng, split)
-        if not result["available"]:
-            return self._avail_result(rng, split)
-        prev = msgs + (self._assistant(self.avail_result_reply(args, result)),)
-        s = {"service": args["service"], "day": args["day"]}
-        if args["time"] and result["available"][0] == args["time"]:
-            s["time"] = args["time"]
-            s["name"] = self._name(split, rng)
-            text = self._pick(ANSWER_NAME, split, rng).format(n=s["name"])
-        else:
-            s["time"] = rng.choice(result["available"])
-            text = self._pick(ANSWER_TIME, split, rng)
-            if "{n}" in text or rng.random() < 0.2:
-                s["name"] = self._name(split, rng)
-                text = text if "{n}" in text else text + " for {n}"
-            text = text.format(t=say_time(s["time"], rng), n=s.get("name", ""))
-        reply, call = self._next(s)
-        return Turn(prev + (self._user(text),), reply, "book" if call else "slot_fill",
-                    s["service"], call)
-
     def _book_parts(self, rng, split):
         s = self._random_slots(rng, split, need=("service", "day", "time", "name"))
         if self.hours[s["day"]] == "closed":
@@ -429,133 +265,6 @@ class Dialogues:
                            "{t}"]).format(t=say_time(new["time"], rng))
         reply, call = self._next(new)
         return Turn(prev + (self._user(text),), reply, "book", new["service"], call)
-
-    def _error(self, rng, split):
-        turn = self._availability(rng, split)
-        msgs = turn.messages + (self._assistant_call(turn.reply), {
-            "role": "tool", "content": result_text({"error": rng.choice(
-                ["calendar unavailable", "timeout", "database locked"])})})
-        return Turn(msgs, self.error_reply(), "tool_error", None)
-
-    def _cancel_slots(self, rng, split) -> dict:
-        s = {}
-        if rng.random() < 0.5:
-            s["day"] = rng.choice(self.open_days)
-        if rng.random() < 0.35:
-            s["name"] = self._name(split, rng)
-        return s
-
-    def _cancel_text(self, s, rng, split) -> str:
-        template = self._pick(CANCEL_OPENERS, split, rng)
-        if "{d}" not in template and s.get("day"):
-            template += rng.choice([" on {d}", " for {d}", " {d}"])
-        text = template.format(d=s.get("day", ""))
-        if "{d}" in template and not s.get("day"):
-            text = " ".join(text.split())
-        if s.get("name"):
-            text += " " + self._pick(NAME_PARTS, split, rng).format(n=s["name"])
-        return text
-
-    def _cancel_next(self, s) -> tuple[str, tuple | None]:
-        if s.get("day") and s.get("name"):
-            return self._call("cancel_appointment", {"name": s["name"], "day": s["day"]})
-        return self.cancel_ask(s), None
-
-    def _cancel(self, rng, split):
-        s = self._cancel_slots(rng, split)
-        reply, call = self._cancel_next(s)
-        return Turn((self._user(self._cancel_text(s, rng, split)),), reply, "cancel", None, call)
-
-    def _cancel_fill(self, rng, split):
-        s = self._cancel_slots(rng, split)
-        if s.get("day") and s.get("name"):
-            del s[rng.choice(["day", "name"])]
-        opener = self._cancel_text(s, rng, split)
-        question = self.cancel_ask(s)
-        new = dict(s)
-        if not s.get("day"):
-            new["day"] = rng.choice(self.open_days)
-            text = self._pick(ANSWER_DAY, split, rng).replace(" at {t}", "").format(d=new["day"])
-            if rng.random() < 0.3 and not s.get("name"):
-                new["name"] = self._name(split, rng)
-                text += " " + self._pick(NAME_PARTS, split, rng).format(n=new["name"])
-        else:
-            new["name"] = self._name(split, rng)
-            text = self._pick(ANSWER_NAME, split, rng).format(n=new["name"])
-        reply, call = self._cancel_next(new)
-        return Turn((self._user(opener), self._assistant(question), self._user(text)), reply,
-                    "cancel" if call else "cancel_fill", None, call)
-
-    def _cancel_result(self, rng, split):
-        s = {"day": rng.choice(self.open_days), "name": self._name(split, rng)}
-        text, _ = self._cancel_next(s)
-        result = {"cancelled": rng.random() < 0.6}
-        msgs = (self._user(self._cancel_text(s, rng, split)), self._assistant_call(text),
-                {"role": "tool", "content": result_text(result)})
-        return Turn(msgs, self.cancel_result_reply(s, result), "cancel_result", None)
-
-    # ------------------------------------------------------------------ follow-ups
-    def _follow(self, rng, split):
-        """A question that only makes sense with the previous exchange."""
-        kind = rng.choice(["price", "duration", "other_service", "other_day", "book_that",
-                           "book_then", "orphan"])
-        service = rng.choice(list(self.services))
-        day = rng.choice(list(DAYS))
-        prev_intent = rng.choice(["price", "duration"])
-        if kind == "other_day" or kind == "book_then":
-            prev_intent = "hours_day"
-        prev_slot = day if prev_intent == "hours_day" else service
-        prev_q = self._prev_question(prev_intent, prev_slot, rng)
-        prev = (self._user(prev_q), self._assistant(self.answer(prev_intent, prev_slot)[0]))
-        if kind == "price":
-            text, intent, slot = self._pick(FOLLOW_PRICE, split, rng), "price", service
-        elif kind == "duration":
-            text, intent, slot = self._pick(FOLLOW_DURATION, split, rng), "duration", service
-        elif kind == "other_service":
-            other = rng.choice([s for s in self.services if s != service])
-            text = self._pick(FOLLOW_OTHER, split, rng).format(x=self._alias(other, rng))
-            intent, slot = prev_intent, other
-        elif kind == "other_day":
-            other = rng.choice([d for d in DAYS if d != day])
-            text = self._pick(FOLLOW_OTHER, split, rng).format(
-                x=rng.choice(["", "on ", "on ", "for "]) + other).replace("  ", " ")
-            intent, slot = "hours_day", other
-        elif kind in ("book_that", "book_then"):
-            text = self._pick(FOLLOW_BOOK, split, rng)
-            s = {"day": day} if kind == "book_then" else {"service": service}
-            return Turn(prev + (self._user(text),), self.ask(s), "follow:book", None)
-        else:  # no service in context: ask which one
-            prev_intent = rng.choice(["hours_week", "address", "phone", "greeting"])
-            prev = (self._user(self._prev_question(prev_intent, None, rng)),
-                    self._assistant(self.answer(prev_intent)[0]))
-            if rng.random() < 0.3:
-                prev = ()
-            which = rng.choice(["price", "duration"])
-            text = self._pick(FOLLOW_PRICE if which == "price" else FOLLOW_DURATION, split, rng)
-            return Turn(prev + (self._user(text),), self.clarify_service(which),
-                        "follow:clarify", None)
-        if rng.random() < 0.3:
-            text += "?"
-        prev_kind = "follow:" + intent
-        return Turn(prev + (self._user(text),), self.answer(intent, slot)[0], prev_kind, slot)
-
-    @staticmethod
-    def clarify_service(which: str) -> str:
-        return ("Sorry, which service would you like the price for?" if which == "price"
-                else "Sorry, which service do you mean?")
-
-    def _prev_question(self, intent: str, slot: str | None, rng: random.Random) -> str:
-        alias = self._alias(slot, rng) if slot in self.services else None
-        table = {
-            "price": ["how much is {a}", "what does {a} cost", "price of {a}"],
-            "duration": ["how long does {a} take", "how long is {a}"],
-            "hours_day": ["are you open on {d}", "what are your hours on {d}", "{d} hours"],
-            "hours_week": ["what are your hours", "when are you open"],
-            "address": ["what's your address", "where are you"],
-            "phone": ["what's your number", "phone number please"],
-            "greeting": ["hi there", "hello"],
-        }
-        return rng.choice(table[intent]).format(a=alias, d=slot)
 
     # ------------------------------------------------------------------ shapes
     def _reply_patterns(self) -> list[re.Pattern]:

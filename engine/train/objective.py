@@ -127,6 +127,20 @@ def block_diffusion_mask(positions: torch.Tensor, is_noisy: torch.Tensor, segmen
     return mask[:, None]
 
 
+def scored_loss(model, batch: Batch) -> torch.Tensor:
+    """= masked_loss(model(batch...), batch.targets), but the output layer (norm + lm_head, a
+    fifth of the compute) runs only on the scored slots. `model` is an engine.model.DiffusionLM:
+    its forward ends in `self.logits(hidden)`, which is bypassed for the call."""
+    scored = batch.targets != IGNORE
+    logits_of = model.logits
+    model.logits = lambda hidden: hidden  # instance attribute: forward returns hidden states
+    try:
+        hidden = model(batch.input_ids, batch.positions, attn_mask=batch.attn_mask)
+    finally:
+        del model.logits
+    return F.cross_entropy(logits_of(hidden[scored]), batch.targets[scored])
+
+
 def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over scored slots. logits [B, L, V], targets [B, L]."""
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)

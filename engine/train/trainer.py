@@ -36,7 +36,7 @@ from diffvoice.engine.train.build_tokenizer import (
 )
 from diffvoice.engine.train.data import DataGenerator
 from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH, load_facts
-from diffvoice.engine.train.objective import build_batch, masked_loss
+from diffvoice.engine.train.objective import build_batch, scored_loss
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class TrainConfig:
     facts: str = str(DEFAULT_FACTS_PATH)
     seed: int = 0
     max_steps: int = 3500
-    time_budget_s: float | None = None
+    time_budget_s: float | None = 1740.0
     stop_at_step: int | None = None
     batch_size: int = 32
     lr: float = 2e-3
@@ -81,8 +81,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.stop_at_step is not None and self.stop_at_step < 1:
             raise ValueError(f"stop_at_step must be >= 1 or None, got {self.stop_at_step}")
-        if self.time_budget_s is not None and self.time_budget_s <= 0:
-            raise ValueError(f"time_budget_s must be > 0 or None, got {self.time_budget_s}")
+        if self.time_budget_s == 0:
+            object.__setattr__(self, "time_budget_s", None)  # 0 = no time budget
+        if self.time_budget_s is not None and self.time_budget_s < 0:
+            raise ValueError(f"time_budget_s must be >= 0 (0 = none) or None, "
+                             f"got {self.time_budget_s}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -274,8 +277,7 @@ def train(cfg: TrainConfig) -> dict:
         for group in opt.param_groups:
             group["lr"] = cfg.lr * factor
         batch = make_batch(step)
-        logits = model(batch.input_ids, batch.positions, attn_mask=batch.attn_mask)  # [B, L, V]
-        loss = masked_loss(logits, batch.targets)
+        loss = scored_loss(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

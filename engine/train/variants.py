@@ -9,7 +9,12 @@
     because ... so", "... if that's ok") and questions inside a longer sentence;
   - keyword-only rendering (content words only: "price cleaning", "saturday hours");
   - ASR confusions (homophones and near-homophones: "for" / "four", "hours" / "ours",
-    "filling" / "feeling") and dropped short words.
+    "filling" / "feeling") and dropped short words;
+  - disfluencies: restarts ("can i uh can i book"), hesitations ("um", "uh", "er") and a repeated
+    word, as spontaneous speech and its transcripts have them;
+  - `in_context(text, filler, rng)`: the question inside unrelated talk (a chit-chat line before
+    or after it), and `stray_words`: a few unrelated words dropped in, so words the model never
+    saw do not decide the answer.
 Rules are data (tuples below), written to be broad rather than tied to one template. Knows nothing
 about intents, answers or models.
 """
@@ -129,6 +134,42 @@ def wrap(text: str, rng: random.Random, run_on: bool = False) -> str:
     return rng.choice(RUN_ON if run_on else WRAPPERS).format(q=text)
 
 
+HESITATIONS = ("um", "uh", "er", "erm", "hmm", "uh so", "like", "you know", "sorry")
+
+
+def disfluent(text: str, rng: random.Random) -> str:
+    """A restart of the first words, a hesitation, or a repeated word."""
+    words = text.split()
+    if len(words) < 2:
+        return text
+    roll = rng.random()
+    if roll < 0.45:  # restart: "can i uh can i book a cleaning"
+        n = rng.randint(1, min(3, len(words) - 1))
+        middle = [rng.choice(HESITATIONS)] if rng.random() < 0.5 else []
+        words = words[:n] + middle + words
+    elif roll < 0.8:
+        words.insert(rng.randrange(len(words) + 1), rng.choice(HESITATIONS))
+    else:
+        i = rng.randrange(len(words))
+        words.insert(i, words[i])
+    return " ".join(words)
+
+
+def in_context(text: str, filler: str, rng: random.Random) -> str:
+    """The question inside unrelated talk: '<filler> so <q>', '<q> <filler>'."""
+    filler = filler.lower().rstrip("?.!")
+    return rng.choice(("{f} {q}", "{f} so {q}", "{f} anyway {q}", "{f} but {q}", "{q} {f}",
+                       "{f} and {q}")).format(f=filler, q=text)
+
+
+def stray_words(text: str, vocabulary: list[str], rng: random.Random) -> str:
+    """One or two unrelated words inserted at random places."""
+    words = text.split()
+    for _ in range(rng.choice((1, 1, 2))):
+        words.insert(rng.randrange(len(words) + 1), rng.choice(vocabulary))
+    return " ".join(words)
+
+
 def vary(text: str, rng: random.Random, keywords: bool = True) -> str:
     """One random rewrite of a lower-case question (the probabilities are the recipe)."""
     roll = rng.random()
@@ -141,4 +182,6 @@ def vary(text: str, rng: random.Random, keywords: bool = True) -> str:
         text = wrap(text, rng, run_on=True)
     if rng.random() < 0.25:
         text = asr_confuse(text, rng)
+    if rng.random() < 0.15:
+        text = disfluent(text, rng)
     return text

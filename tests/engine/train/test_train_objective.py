@@ -70,3 +70,21 @@ def test_masks_cover_reply_blocks_only_and_replies_pad_with_eos():
         n_blocks += nb - b0
     assert n_blocks <= batch.num_masked  # at least one masked slot per reply block
     assert int(scored.sum()) == batch.num_masked
+
+
+def test_scored_loss_equals_the_full_logits_loss_and_gradients():
+    from diffvoice.engine.train.objective import masked_loss, scored_loss
+
+    prompts, replies = _examples(6, 3)
+    batch = build_batch(prompts, replies, BS, MASK, EOS, torch.Generator().manual_seed(0))
+    full_model, fast_model = _model(2).train(), _model(2).train()
+    full = masked_loss(full_model(batch.input_ids, batch.positions, attn_mask=batch.attn_mask),
+                       batch.targets)
+    fast = scored_loss(fast_model, batch)
+    full.backward()
+    fast.backward()
+    assert torch.allclose(full, fast, atol=1e-6)
+    for (name, a), (_, b) in zip(full_model.named_parameters(), fast_model.named_parameters(),
+                                 strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+    assert "logits" not in vars(fast_model)  # the bypass is undone
