@@ -62,6 +62,14 @@ def _task_names() -> dict[str, int]:
     return dict(names.most_common(15))
 
 
+def _keepalive_counts() -> dict[str, int]:
+    """Late keepalive pongs forgiven (the peer kept sending) and sockets closed
+    keepalive_timeout (nothing came), since start (voice.transport.keepalive)."""
+    from diffvoice.voice.transport.keepalive import KeepaliveWebSocketProtocol as K
+
+    return {"late_pongs_forgiven": K.spared, "closed_keepalive_timeout": K.closed}
+
+
 def create_app(state: AppState) -> FastAPI:
     config = state.config
     _self_description()  # once, now (it may run nvidia-smi / git), not in a request
@@ -122,6 +130,7 @@ def create_app(state: AppState) -> FastAPI:
                 "engine": _engine_stats(state),
                 "engine_request_ids": _request_ids(state),
                 "event_loop_tasks": _task_names(),
+                "ws_keepalive": _keepalive_counts(),
                 "warnings": state.warnings,
                 "replica": state.replica_id,
                 # what this server runs on, so a load generator elsewhere (bench --url) can
