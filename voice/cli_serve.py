@@ -131,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
         uvicorn.run(
             app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20,
             ws=KeepaliveWebSocketProtocol,
+            # PCM and mu-law audio do not compress: per-message deflate only costs CPU on the
+            # event loop (measured under py-spy: ~1% of the loop per call)
+            ws_per_message_deflate=False,
             ws_ping_interval=config.ws_ping_interval_s or None,
             ws_ping_timeout=config.ws_ping_timeout_s or None,
         )

@@ -235,6 +235,11 @@ class ServeConfig:
                        "data, came from the peer this many seconds after a ping; a peer that "
                        "keeps sending is never closed for a late pong. 0: never"),
     )
+    loop_stall_log_ms: float = field(
+        default=0.0,
+        metadata=_help("diagnostics: log the stack that held the event loop whenever it is "
+                       "this many ms late (voice.loop_watchdog); 0: off"),
+    )
 
     def __post_init__(self) -> None:
         if self.receptionist_tools not in RECEPTIONIST_TOOLS:
@@ -315,7 +320,7 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("ws_ping_interval_s", "ws_ping_timeout_s"):
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")

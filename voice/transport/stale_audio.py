@@ -8,7 +8,9 @@ Two ways the interrupted answer could still be heard after the client was told t
    (synthesis runs in a worker thread; seen under load in the barge-in storm).
 
 Contract: the output transport calls `interrupted()` when an InterruptionFrame reaches it (before
-pushing it on) and `started(frame)` for each TTSStartedFrame (a new answer's audio follows it);
+pushing it on) and `started(frame)` for each TTSStartedFrame (a new answer's audio follows it,
+if the frame was made after the interruption); it drops an incoming audio frame when
+`drops(frame)` (made before the last interruption, so of the interrupted answer);
 `is_stale(chunk)` is true for an interruptible audio chunk that belongs to an interrupted
 answer: created before the last interruption, or after it but before the next answer's
 TTSStartedFrame reached the transport. Frame ids come from pipecat's global, increasing
@@ -32,8 +34,19 @@ class StaleAudioGuard:
         self._resumed_at = None
 
     def started(self, frame) -> None:
-        if self._resumed_at is None:
+        # a TTSStartedFrame made before the interruption is the interrupted answer's own (the
+        # TTS's audio-context task can still push it after the InterruptionFrame went by): it
+        # must not let the rest of that answer through
+        if self._resumed_at is None and frame.id > self._watermark:
             self._resumed_at = frame.id
+
+    def drops(self, frame) -> bool:
+        """For audio entering the output transport (before pipecat re-chunks it, which gives
+        the chunks new ids): made before the last interruption, so of the interrupted answer."""
+        if not getattr(frame, "interruptible", True) or frame.id > self._watermark:
+            return False
+        self.dropped += 1
+        return True
 
     def is_stale(self, chunk) -> bool:
         if not getattr(chunk, "interruptible", True):
