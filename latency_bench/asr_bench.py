@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -32,28 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
+from diffvoice.latency_bench.wer import wer
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SENTENCES = REPO / "docs" / "latency" / "asr-sentences.txt"
 DEFAULT_VOICES = "en-us:150,en-gb-x-rp:175,en-us+f3:135"
 CHUNK = 320  # 20 ms at 16 kHz
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower().replace("-", " ")).split()
-
-
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        diag, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (r != h))
-    return row[len(hyp)]
-
-
-def wer(pairs: list[tuple[str, str]]) -> float:
-    errors = sum(edit_distance(words(r), words(h)) for r, h in pairs)
-    return errors / max(1, sum(len(words(r)) for r, _ in pairs))
 
 
 def _pct(values: list[float], q: float) -> float | None:

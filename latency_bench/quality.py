@@ -1,8 +1,8 @@
 """Answer quality beside latency: ASR word error rate and task success, per concurrency level.
 
 Contract (pure functions of a voice report's per-turn records, `report["turns"]`):
-- `wer(reference, hypothesis) -> (errors, reference_words)`: word-level Levenshtein distance
-  after normalising both (lower case, punctuation dropped, digits kept); corpus WER is
+- WER is latency_bench.wer's `word_edits(reference, hypothesis) -> (errors, reference_words)`
+  (word-level Levenshtein distance after normalising both); corpus WER is
   sum(errors) / sum(reference_words), so long prompts weigh by their length.
 - `expected_facts(turn) -> tuple[str, ...]`: what a correct answer must contain: the turn's own
   `expected` list when the corpus gave one, else the built-in table for the receptionist
@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from diffvoice.latency_bench.wer import word_edits
 
 # Prompt text (latency_bench.corpus.RECEPTIONIST_PROMPTS) -> facts a correct answer states, as
 # the embedded model says them (default_facts.yaml's spoken values; a test checks they are
@@ -39,18 +41,6 @@ _WORD = re.compile(r"[a-z0-9']+")
 def words(text: str | None) -> list[str]:
     return _WORD.findall((text or "").lower())
 
-
-def wer(reference: str, hypothesis: str | None) -> tuple[int, int]:
-    """(word edits, reference words): Levenshtein over normalised words."""
-    ref, hyp = words(reference), words(hypothesis)
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        current = [i]
-        for j, h in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1,
-                               previous[j - 1] + (r != h)))
-        previous = current
-    return previous[-1], len(ref)
 
 
 def expected_facts(turn: Mapping[str, Any]) -> tuple[str, ...]:
@@ -81,7 +71,7 @@ def sweep_quality(report: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
         successes = task_turns = 0
         for turn in ok:
             if turn.get("prompt") and turn.get("transcript") is not None:
-                e, n = wer(turn["prompt"], turn["transcript"])
+                e, n = word_edits(turn["prompt"], turn["transcript"])
                 errors, ref_words, wer_turns = errors + e, ref_words + n, wer_turns + 1
             success = task_success(turn)
             if success is not None:

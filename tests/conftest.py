@@ -8,18 +8,38 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# --- one namespace (added by pkg-rename.sh) ---
-# `python -m pytest` puts the repository root on sys.path, which makes the folders importable
-# under their old top-level names: transformers, for one, probes `import kernels` (Hugging
-# Face's package of that name) and would load a second copy of ours. Nothing needs the root on
-# the path any more (diffvoice.* comes from the install), so take it off; then refuse to test
-# another checkout's code.
+# --- one namespace ---
+# `python -m pytest` puts the repository root on sys.path, which makes the code folders
+# importable under their old top-level names: transformers, for one, probes `import kernels`
+# (Hugging Face's package of that name) and would load a second copy of ours. The root stays on
+# the path (tests import shared helpers as `tests.voice...`), but a finder placed first answers
+# the four old names from everywhere except the root; then refuse to test another checkout's code.
+import importlib.machinery as _ilm  # noqa: E402
 import importlib.util as _ilu  # noqa: E402
 import sys as _sys  # noqa: E402
 from pathlib import Path as _Path  # noqa: E402
 
 _repo = _Path(__file__).resolve().parents[1]
-_sys.path[:] = [p for p in _sys.path if _Path(p or ".").resolve() != _repo]
+
+
+class _NotFromTheRoot:
+    """Meta-path finder: `engine`, `voice`, `kernels`, `latency_bench` never load from the root."""
+
+    names = frozenset({"engine", "voice", "kernels", "latency_bench"})
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if path is not None or name not in cls.names:
+            return None
+        elsewhere = [p for p in _sys.path if _Path(p or ".").resolve() != _repo]
+        spec = _ilm.PathFinder.find_spec(name, elsewhere)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r} (diffvoice's is diffvoice.{name})",
+                                      name=name)
+        return spec
+
+
+_sys.meta_path.insert(0, _NotFromTheRoot)
 _spec = _ilu.find_spec("diffvoice.engine")
 if _spec is None or _Path(_spec.origin).resolve().parent != _repo / "engine":
     raise RuntimeError(

@@ -37,3 +37,16 @@ def test_packages_are_this_checkouts_folders():
     for module in (diffvoice.engine, diffvoice.voice, diffvoice.kernels, diffvoice.latency_bench):
         folder = Path(module.__file__).resolve().parent
         assert folder == REPO / module.__name__.split(".")[1], (module.__name__, folder)
+
+
+def test_old_names_do_not_resolve_to_our_folders():
+    # the repository root is on sys.path under pytest; the conftest's finder keeps the old
+    # top-level names from loading our folders a second time
+    import importlib.util
+
+    for name in sorted(OLD):
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:
+            continue
+        assert spec is None or not str(spec.origin or "").startswith(str(REPO / name)), name

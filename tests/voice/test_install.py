@@ -134,6 +134,23 @@ def test_wheel_has_its_data_and_its_pins_are_met(installed):
     assert Path(paths[4]).is_file()
 
 
+
+def test_one_namespace_beside_a_users_own_voice_package(installed, tmp_path):
+    """The wheel installs only `diffvoice` (no top-level engine/voice/kernels/latency_bench), so
+    an app with its own `voice/` package imports both (the issue's `voice.llm_service` case)."""
+    site = Path(installed["site"])
+    record = next(site.glob("diffvoice-*.dist-info")) / "RECORD"
+    tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines()}
+    tops = {t for t in tops if not t.startswith("diffvoice-") and t != "../.."}
+    assert tops <= {"diffvoice", "bin", ".."} and "diffvoice" in tops, tops
+    app = tmp_path / "app"
+    (app / "voice").mkdir(parents=True)
+    (app / "voice" / "__init__.py").write_text('WHO = "the app"\n')
+    probe = ("import voice; from diffvoice.voice.llm_service import DiffusionLLMService; "
+             "print(voice.WHO, DiffusionLLMService.__module__)")
+    out = _run([str(installed["py"]), "-c", probe], env=installed["env"], cwd=app).stdout
+    assert out.split() == ["the", "app", "diffvoice.voice.llm_service"], out
+
 def test_generate_from_another_directory(installed):
     out = _run([str(installed["venv"] / "bin" / "diffvoice"), "generate", "--prompt",
                 "when do you open", "--max-new-tokens", "32"], env=installed["env"],

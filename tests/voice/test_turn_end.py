@@ -23,6 +23,28 @@ from voice_fixtures import scaled
 from diffvoice.voice.turn_end import MeaningTurnStopStrategy, looks_complete
 
 
+def _one_segment(text: str) -> list:
+    """One VAD speech segment with its final transcript, then 1.5 s (scaled) of silence."""
+    return [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame(text, "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+
+
+def _since_first_call(clock=time.monotonic):
+    """A function of no arguments giving the seconds since it was first called (when the
+    strategy first polls the fake VAD)."""
+    start: list[float] = []
+
+    def elapsed() -> float:
+        if not start:
+            start.append(clock())
+        return clock() - start[0]
+
+    return elapsed
+
+
 @pytest.mark.parametrize(
     "text, complete",
     [
@@ -80,11 +102,7 @@ async def test_a_pause_inside_a_sentence_does_not_end_the_turn(random_engine):
 async def test_an_incomplete_turn_waits_for_the_full_window(random_engine):
     engine = CountingEngine(random_engine)
     pipeline, llm, meaning = _pipeline(engine, window_secs=0.6)
-    frames = [
-        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
-        VADUserStoppedSpeakingFrame(), TranscriptionFrame("hello", "u", "now"),
-        SleepFrame(scaled(1.5)),
-    ]  # fmt: skip
+    frames = _one_segment("hello")
     down, _ = await run_test(pipeline, frames_to_send=frames)
     starts = [f for f in down if isinstance(f, LLMFullResponseStartFrame)]
     assert len(starts) == 1 and meaning.decisions == ["window"]
@@ -97,18 +115,13 @@ async def test_speech_the_vad_has_not_confirmed_holds_the_turn_open(random_engin
     is not cut off: the window expires while the VAD hears speech, and the turn ends only once
     the analyser is quiet again."""
     engine = CountingEngine(random_engine)
-    first_poll: list[float] = []
+    elapsed = _since_first_call()
 
     def hearing_speech() -> bool:  # the fake VAD hears unconfirmed speech for 0.6 s
-        first_poll.append(time.monotonic()) if not first_poll else None
-        return time.monotonic() - first_poll[0] < 0.6
+        return elapsed() < 0.6
 
     pipeline, llm, meaning = _pipeline(engine, window_secs=0.4, hearing_speech=hearing_speech)
-    frames = [
-        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
-        VADUserStoppedSpeakingFrame(), TranscriptionFrame("how much", "u", "now"),
-        SleepFrame(scaled(1.5)),
-    ]  # fmt: skip
+    frames = _one_segment("how much")
     await run_test(pipeline, frames_to_send=frames)
     # the window (0.2 s after the stop) expired while the VAD heard speech: held until quiet
     assert meaning.decisions == ["window"]
@@ -119,19 +132,14 @@ async def test_the_window_counts_from_the_last_speech_heard(random_engine):
     """A short "um" after the first pause that the VAD never confirmed still moves the end of
     speech: the window runs from it, not from the first VAD stop."""
     engine = CountingEngine(random_engine)
-    first_poll: list[float] = []
+    elapsed = _since_first_call(time.time)
 
     def speech_end() -> float | None:  # a blip of speech 0.15 s after the stop
-        if not first_poll:
-            first_poll.append(time.time())
-        return first_poll[0] + (0.15 if time.time() - first_poll[0] >= 0.15 else -0.2)
+        since = elapsed()
+        return time.time() - since + (0.15 if since >= 0.15 else -0.2)
 
     pipeline, llm, meaning = _pipeline(engine, window_secs=0.4, speech_end=speech_end)
-    frames = [
-        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
-        VADUserStoppedSpeakingFrame(), TranscriptionFrame("what time", "u", "now"),
-        SleepFrame(scaled(1.5)),
-    ]  # fmt: skip
+    frames = _one_segment("what time")
     await run_test(pipeline, frames_to_send=frames)
     assert meaning.decisions == ["window"]
     # without the blip: 0.2 s after the stop; with it: 0.15 + window 0.4
@@ -142,19 +150,13 @@ async def test_a_lagging_vad_never_counts_silence_it_has_not_analysed(random_eng
     """Under load the VAD may analyse audio late: the window is counted in the stream's
     silence (here heard at half the wall-clock rate), so the turn waits for it."""
     engine = CountingEngine(random_engine)
-    first_poll: list[float] = []
+    elapsed = _since_first_call()
 
     def silence_heard() -> float:
-        if not first_poll:
-            first_poll.append(time.monotonic())
-        return 0.2 + (time.monotonic() - first_poll[0]) * 0.5  # 0.2 s at the VAD stop
+        return 0.2 + elapsed() * 0.5  # 0.2 s at the VAD stop
 
     pipeline, llm, meaning = _pipeline(engine, window_secs=0.5, silence_heard=silence_heard)
-    frames = [
-        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
-        VADUserStoppedSpeakingFrame(), TranscriptionFrame("how much", "u", "now"),
-        SleepFrame(scaled(1.5)),
-    ]  # fmt: skip
+    frames = _one_segment("how much")
     await run_test(pipeline, frames_to_send=frames)
     assert meaning.decisions == ["window"]
     # wall clock alone would end at 0.3 s after the stop; 0.3 s more silence takes 0.6 s here
