@@ -52,7 +52,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "iso_bad_requests": 200, "iso_huge_prompts": 20, "iso_flood_sockets": 200,
         "iso_legit_turns": 4,
         "storm_sessions": 4, "storm_interruptions": 100,
-        "mem_warmup": 20, "mem_sessions": 200, "mem_concurrency": 8,
+        "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
         "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,
         "soak_ramp_s": 60.0, "soak_warmup_s": 120.0, "soak_procs": 2,
         "part_timeout_s": 1200,

@@ -99,9 +99,10 @@ async def _in_process(job: tuple, timeout_s: float) -> tuple:
             "_worker_main; _worker_main()", str(job_path), str(out_path))
         try:
             await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        except BaseException:  # timed out, or the part was cancelled: leave no caller behind
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
             raise
         if proc.returncode != 0 or not out_path.exists():
             raise RuntimeError(f"soak load-generator process exited {proc.returncode}")
