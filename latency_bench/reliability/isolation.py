@@ -3,7 +3,8 @@ callers speak; their answers and the /ws ping round-trip must not notice.
 
 Contract: `await run(ctx, scale)`: one unmeasured one-turn call per protocol warms the server
 up; a PingProbe measures the /ws ping round-trip throughout each round. Round 1 (quiet):
-`scale["iso_legit_turns"]`-turn browser + Twilio calls alone. Round 2 (abused): the same calls while one loopback IP sends `iso_bad_requests` /v1 requests with seeds >= 2**63
+`scale["iso_legit_turns"]`-turn browser + Twilio calls alone. Round 2 (abused): the same calls
+while one loopback IP sends `iso_bad_requests` /v1 requests with seeds >= 2**63
 (400) interleaved with valid sampled requests (200), `iso_huge_prompts` prompts of ~1 MB
 (400, refused before templating) and 10 MB bodies (413 from the headers alone), opens
 `iso_flood_sockets` /ws sockets (beyond the per-IP cap: 1013 too_many_sessions) and floods one
