@@ -26,6 +26,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -46,6 +47,7 @@ SAMPLED = (RSS, "process_open_fds", "diffvoice_event_loop_tasks", "diffvoice_act
            "diffvoice_engine_running_requests", "diffvoice_engine_queue_depth",
            "diffvoice_engine_callers")
 RSS_GOAL = 0.05
+END_BOUND_S = 240.0  # after soak_s, calls in progress get this long to finish their turns
 IP_BLOCK = 15_000  # loopback addresses per load-generator process (blocks 1, 2, ...)
 
 
@@ -54,9 +56,10 @@ def _p(values, q) -> float | None:
 
 
 def _callers(server: dict, prompts, token: str, scale: dict, ids: list[int], t0: float,
-             block: int) -> tuple[list[TurnResult], float, float]:
+             block: int) -> tuple[list[TurnResult], float, float, int]:
     """One load-generator process: the callers `ids` (run with asyncio.run in this process).
-    Returns their turns, caller speech seconds and the worst pacing lag (s)."""
+    Returns their turns, caller speech seconds, the worst pacing lag (s) and the turns still
+    open END_BOUND_S after the deadline (cut: counted as failed)."""
     from diffvoice.latency_bench.reliability import common
 
     common._ip_counter = iter(range(10_000 + block * IP_BLOCK, 10_000 + (block + 1) * IP_BLOCK))
@@ -77,15 +80,37 @@ def _callers(server: dict, prompts, token: str, scale: dict, ids: list[int], t0:
             picks = rng.sample(list(prompts), scale["soak_call_turns"])
             speech[0] += sum(p.speech_end_s - p.speech_start_s for p in picks)
             pause = scale["soak_pause_s"] * rng.uniform(0.5, 1.5)
-            turns.extend(await common.one_call(ctx, picks, proto, i * 1000 + call,
-                                               pause_s=pause))
+            before = len(turns)
+            try:
+                await common.one_call(ctx, picks, proto, i * 1000 + call, pause_s=pause,
+                                      on_turn=turns.append)
+            except asyncio.CancelledError:  # the end bound: this call's open turns never ended
+                cut[0] += len(picks) - (len(turns) - before)
+                raise
+
+    async def progress() -> None:  # one line per minute on stderr: the run is alive
+        for _ in range(10_000):
+            await asyncio.sleep(60)
+            statuses = Counter(t.status for t in turns)
+            first = next((f"{t.status}: {t.message}"[:200] for t in turns if t.status != "ok"),
+                         "")
+            print(f"soak load generator {block}: {time.time() - t0:.0f} s, turns "
+                  f"{dict(statuses)} {first}", file=sys.stderr, flush=True)
 
     async def main() -> None:
-        await asyncio.gather(*(caller(i) for i in ids))
+        ticker = asyncio.create_task(progress())
+        tasks = [asyncio.create_task(caller(i)) for i in ids]
+        # calls started before the deadline may finish their turns, within END_BOUND_S
+        await asyncio.wait(tasks, timeout=max(0.0, deadline + END_BOUND_S - time.time()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        ticker.cancel()
 
+    cut = [0]
     asyncio.run(main())
     lag = max((t.send_lag_ms or 0.0) for t in turns) / 1000.0 if turns else 0.0
-    return turns, speech[0], lag
+    return turns, speech[0], lag, cut[0]
 
 
 async def _in_process(job: tuple, timeout_s: float) -> tuple:
@@ -138,7 +163,8 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     if procs == 1:  # (the short run) the callers' own event loop in a thread of this process
         results = [await asyncio.to_thread(_callers, *jobs[0])]
     else:
-        results = await asyncio.gather(*(_in_process(job, duration + 300) for job in jobs))
+        bound = duration + END_BOUND_S + 120
+        results = await asyncio.gather(*(_in_process(job, bound) for job in jobs))
     wall = time.time() - t0
     sampling.cancel()
     await asyncio.gather(sampling, return_exceptions=True)
@@ -146,6 +172,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     turns = [t for r in results for t in r[0]]
     speech_s = sum(r[1] for r in results)
     worst_lag_ms = round(max(r[2] for r in results) * 1000.0, 1)
+    cut = sum(r[3] for r in results)
 
     def v2v(lo: float, hi: float) -> list[float]:
         out = []
@@ -162,6 +189,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     end_sample = samples[-1]
     growth = (end_sample[RSS] - warm[RSS]) / warm[RSS] if warm.get(RSS) else None
     errors = [f"{t.status}: {t.message}" for t in turns if t.status != "ok"]
+    errors += [f"cut: still open {END_BOUND_S:.0f} s after the soak's end"] * cut
     duty = speech_s / (scale["soak_callers"] * wall)
     checks = [
         check("0 failed turns", not errors and bool(turns),
@@ -176,7 +204,8 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     return {"callers": scale["soak_callers"], "duration_s": duration, "wall_s": round(wall, 1),
             "load_processes": procs, "ramp_s": scale["soak_ramp_s"],
             "warmup_s": warmup, "turns": len(turns), "errors": len(errors),
-            "error_examples": errors[:5], "duty_cycle_speech": round(duty, 3),
+            "error_examples": errors[:5], "cut_turns": cut,
+            "duty_cycle_speech": round(duty, 3),
             "pause_s": scale["soak_pause_s"], "turns_per_call": scale["soak_call_turns"],
             "client_worst_pacing_lag_ms": worst_lag_ms,
             "peak_sessions": max((s.get("diffvoice_active_sessions") or 0) for s in samples),

@@ -26,24 +26,28 @@ from pipecat.utils.utils import obj_id
 class StaleAudioGuard:
     def __init__(self) -> None:
         self._watermark = 0  # chunks with a smaller id predate the last interruption
+        self._interruption_id = 0  # id of the last InterruptionFrame
         self._resumed_at: int | None = 0  # id of the first TTSStartedFrame after it (None: none)
         self.dropped = 0
 
-    def interrupted(self) -> None:
+    def interrupted(self, frame=None) -> None:
         self._watermark = obj_id()
+        # frames the pipeline made before the InterruptionFrame itself (made when the caller
+        # began to speak) belong to the interrupted answer
+        self._interruption_id = frame.id if frame is not None else self._watermark
         self._resumed_at = None
 
     def started(self, frame) -> None:
         # a TTSStartedFrame made before the interruption is the interrupted answer's own (the
         # TTS's audio-context task can still push it after the InterruptionFrame went by): it
         # must not let the rest of that answer through
-        if self._resumed_at is None and frame.id > self._watermark:
+        if self._resumed_at is None and frame.id > self._interruption_id:
             self._resumed_at = frame.id
 
     def drops(self, frame) -> bool:
         """For audio entering the output transport (before pipecat re-chunks it, which gives
         the chunks new ids): made before the last interruption, so of the interrupted answer."""
-        if not getattr(frame, "interruptible", True) or frame.id > self._watermark:
+        if not getattr(frame, "interruptible", True) or frame.id > self._interruption_id:
             return False
         self.dropped += 1
         return True
