@@ -80,12 +80,17 @@ def _callers(server: dict, prompts, token: str, scale: dict, ids: list[int], t0:
             picks = rng.sample(list(prompts), scale["soak_call_turns"])
             speech[0] += sum(p.speech_end_s - p.speech_start_s for p in picks)
             pause = scale["soak_pause_s"] * rng.uniform(0.5, 1.5)
-            before = len(turns)
+            mine: list[TurnResult] = []
+
+            def record(turn: TurnResult, mine=mine) -> None:
+                mine.append(turn)
+                turns.append(turn)
+
             try:
                 await common.one_call(ctx, picks, proto, i * 1000 + call, pause_s=pause,
-                                      on_turn=turns.append)
+                                      on_turn=record)
             except asyncio.CancelledError:  # the end bound: this call's open turns never ended
-                cut[0] += len(picks) - (len(turns) - before)
+                cut[0] += len(picks) - len(mine)
                 raise
 
     async def progress() -> None:  # one line per minute on stderr: the run is alive
