@@ -239,6 +239,25 @@ class ServeConfig:
         metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
     )
 
+    # --- WebSocket keepalive (voice.transport.keepalive) ---
+    ws_ping_interval_s: float = field(
+        default=20.0,
+        metadata=_help("seconds between the server's WebSocket keepalive pings on /ws and "
+                       "Twilio streams (keeps proxies and NATs from dropping quiet calls); "
+                       "0 sends none"),
+    )
+    ws_ping_timeout_s: float = field(
+        default=20.0,
+        metadata=_help("close a WebSocket (1008 keepalive_timeout) when nothing at all, pong or "
+                       "data, came from the peer this many seconds after a ping; a peer that "
+                       "keeps sending is never closed for a late pong. 0: never"),
+    )
+    loop_stall_log_ms: float = field(
+        default=0.0,
+        metadata=_help("diagnostics: log the stack that held the event loop whenever it is "
+                       "this many ms late (voice.loop_watchdog); 0: off"),
+    )
+
     def __post_init__(self) -> None:
         if self.receptionist_tools not in RECEPTIONIST_TOOLS:
             raise ValueError(
@@ -321,6 +340,10 @@ class ServeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")
         if isinstance(self.allowed_origins, str):
             object.__setattr__(self, "allowed_origins", _split_csv(self.allowed_origins))
         for origin in self.allowed_origins:

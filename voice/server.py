@@ -23,6 +23,7 @@ beyond handing sockets to voice.transport.ws_session.
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -62,13 +63,42 @@ def _task_names() -> dict[str, int]:
     return dict(names.most_common(15))
 
 
+def _keepalive_counts() -> dict[str, int]:
+    """Late keepalive pongs forgiven (the peer kept sending) and sockets closed
+    keepalive_timeout (nothing came), since start (voice.transport.keepalive)."""
+    from diffvoice.voice.transport.keepalive import KeepaliveWebSocketProtocol as K
+
+    return {"late_pongs_forgiven": K.spared, "closed_keepalive_timeout": K.closed}
+
+
+def _warm_up_call_path() -> None:
+    """Load, before the first call, what building a call's pipeline would otherwise load on the
+    event loop (measured: importing pipecat's OpenAI adapter, i.e. the openai package, ~2.4 s;
+    the shared Silero ONNX session ~0.3 s) — every other call would stall meanwhile."""
+    try:
+        import pipecat.adapters.llm.services.open_ai_adapter  # noqa: F401
+
+        from diffvoice.voice.vad import shared_session
+
+        shared_session()
+    except Exception as e:  # a warm-up is an optimisation; the first call would load it anyway
+        logger.warning(f"call-path warm-up failed: {e!r}")
+
+
 def create_app(state: AppState) -> FastAPI:
     config = state.config
     _self_description()  # once, now (it may run nvidia-smi / git), not in a request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        watchdog = None
+        if getattr(config, "loop_stall_log_ms", 0):
+            from diffvoice.voice.loop_watchdog import LoopWatchdog
+
+            watchdog = LoopWatchdog(asyncio.get_running_loop(),
+                                    config.loop_stall_log_ms / 1000.0).start()
         if not config.api_only:
+            _warm_up_call_path()
             web_dir = Path(config.web_dir)
             if (web_dir / "index.html").is_file():
                 app.router.routes.append(
@@ -77,6 +107,8 @@ def create_app(state: AppState) -> FastAPI:
             else:
                 logger.warning(f"no {web_dir}/index.html: the browser page is not served")
         yield
+        if watchdog is not None:
+            watchdog.stop()
 
     locked = bool(getattr(config, "api_keys", ())) and not getattr(config, "public_metrics", False)
     docs = {} if not getattr(config, "api_keys", ()) else {
@@ -122,6 +154,7 @@ def create_app(state: AppState) -> FastAPI:
                 "engine": _engine_stats(state),
                 "engine_request_ids": _request_ids(state),
                 "event_loop_tasks": _task_names(),
+                "ws_keepalive": _keepalive_counts(),
                 "warnings": state.warnings,
                 "replica": state.replica_id,
                 # what this server runs on, so a load generator elsewhere (bench --url) can

@@ -162,6 +162,8 @@ class PingProbe:
                 if time.monotonic() - last_audio > 2.0:
                     await self._ws.send(SILENCE_20MS)
                     last_audio = time.monotonic()
+                while not pongs.empty():  # a pong that came after its 5 s timeout
+                    pongs.get_nowait()
                 sent = time.perf_counter()
                 await self._ws.send(protocol.Ping().encode())
                 try:

@@ -53,8 +53,9 @@ async def _ws_outcome(url: str, payload, first=None, within_s: float = 20.0) -> 
             if first is not None:
                 await ws.send(first)
                 await asyncio.wait_for(ws.recv(), within_s)  # session.started
-            await ws.send(payload)
             try:
+                # (a frame over the WebSocket limit can be refused, 1009, while it is sent)
+                await ws.send(payload)
                 async with asyncio.timeout(within_s):
                     async for message in ws:
                         if isinstance(message, str):

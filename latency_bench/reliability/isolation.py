@@ -1,9 +1,10 @@
 """Isolation: one abusive client (bad seeds, huge prompts, socket and ping floods) while other
 callers speak; their answers and the /ws ping round-trip must not notice.
 
-Contract: `await run(ctx, scale)`: a PingProbe measures the /ws ping round-trip throughout. Round
-1 (quiet): `scale["iso_legit_turns"]`-turn browser + Twilio calls alone. Round 2 (abused): the
-same calls while one loopback IP sends `iso_bad_requests` /v1 requests with seeds >= 2**63
+Contract: `await run(ctx, scale)`: one unmeasured one-turn call per protocol warms the server
+up; a PingProbe measures the /ws ping round-trip throughout each round. Round 1 (quiet):
+`scale["iso_legit_turns"]`-turn browser + Twilio calls alone. Round 2 (abused): the same calls
+while one loopback IP sends `iso_bad_requests` /v1 requests with seeds >= 2**63
 (400) interleaved with valid sampled requests (200), `iso_huge_prompts` prompts of ~1 MB
 (400, refused before templating) and 10 MB bodies (413 from the headers alone), opens
 `iso_flood_sockets` /ws sockets (beyond the per-IP cap: 1013 too_many_sessions) and floods one
@@ -121,6 +122,9 @@ async def _abuse(ctx: Ctx, scale: dict, ip: str) -> dict[str, Any]:
 async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     baseline = await metrics(ctx)
     turns = scale["iso_legit_turns"]
+    # one unmeasured call of each protocol first: the rounds compare a warm server with and
+    # without abuse, not a cold start (first-call costs) with a warm one
+    warmup = await legit_calls(ctx, 2, 1)
     async with PingProbe(ctx) as quiet_probe:
         quiet = await legit_calls(ctx, 2, turns)
     async with PingProbe(ctx) as probe:
@@ -147,6 +151,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
               scale["iso_flood_sockets"] - flood["accepted"], json.dumps(flood)),
         *leak_checks(after, baseline, "after isolation"),
     ]
-    return {"quiet": turn_summary(quiet), "abused": turn_summary(abused),
+    return {"warmup": turn_summary(warmup), "quiet": turn_summary(quiet),
+            "abused": turn_summary(abused),
             "quiet_rtt": quiet_probe.summary(), "abused_rtt": rtt, "abuse": abuse,
             "abuse_elapsed_s": round(elapsed, 1), "checks": checks}

@@ -40,6 +40,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "storm_sessions": 1, "storm_interruptions": 2,
         "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
         "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
+        "soak_ramp_s": 2.0, "soak_warmup_s": 3.0, "soak_procs": 1,
         "part_timeout_s": 150,
     },
     "full": {
@@ -51,8 +52,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "iso_bad_requests": 200, "iso_huge_prompts": 20, "iso_flood_sockets": 200,
         "iso_legit_turns": 4,
         "storm_sessions": 4, "storm_interruptions": 100,
-        "mem_warmup": 20, "mem_sessions": 200, "mem_concurrency": 8,
-        "soak_callers": 32, "soak_s": 600, "soak_pause_s": 12.0, "soak_call_turns": 4,
+        "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
+        "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,
+        "soak_ramp_s": 60.0, "soak_warmup_s": 120.0, "soak_procs": 2,
         "part_timeout_s": 1200,
     },
 }

@@ -3,9 +3,10 @@
 Contract: `await run(ctx, scale)`: `storm_sessions` browser calls share `storm_interruptions`
 interruptions. One cycle: speak a prompt, stream silence until the answer's first audio, wait a
 random 0-1.2 s (uniform, seeded) while it plays, speak the next prompt over it (the barge-in),
-then hear that answer to its end. At each `playback.flush` the harness reads /healthz: the engine
-passes counter and this session's engine request ids (voice-<session_id>-<n>); it polls until the
-interrupted request is gone and records how many passes that took. Checks: every barge-in got a
+then hear that answer to its end. Just before the barge-in the harness reads this session's
+engine request ids from /healthz (voice-<session_id>-...); at the `playback.flush` it reads the
+engine passes counter and polls until those of them still in flight (the interrupted answer) are
+gone, recording how many passes that took. Checks: every barge-in got a
 flush; the interrupted request was gone within one engine pass of the flush being seen; no bot
 audio between a flush and the next final transcript (stale audio); never two answers to one user
 turn (latency `turn` numbers unique, at most one bot.started_speaking per final transcript).
@@ -76,13 +77,21 @@ async def _wait(pacer: Pacer, until, limit_s: float) -> bool:
     return False
 
 
-async def _cancel_passes(ctx: Ctx, sid: str, flush_t: float) -> int | None:
-    """Engine passes from the flush until this session has no request in flight (None: >2 s)."""
+async def _session_requests(ctx: Ctx, sid: str) -> set[str]:
+    info = await health(ctx)
+    return {r for r in info.get("engine_request_ids", []) if r.startswith(f"voice-{sid}-")}
+
+
+async def _cancel_passes(ctx: Ctx, sid: str, before_barge: set[str]) -> int | None:
+    """Engine passes from the flush until the interrupted request is gone (None: > 2 s).
+
+    The interrupted request is one this session had in flight just before the barge-in began
+    and still has when the flush is seen. Requests that start during the barge-in (drafts of
+    its interim transcripts, eager drafting) are the next answer's, not waited for."""
     info = await health(ctx)
     start = info["engine"].get("passes", 0)
-    # the requests this session had in flight when the flush was seen (the interrupted one);
-    # the barge-in's own answer starts later and is not waited for
-    interrupted = {r for r in info.get("engine_request_ids", []) if r.startswith(f"voice-{sid}-")}
+    interrupted = before_barge & {r for r in info.get("engine_request_ids", [])
+                                  if r.startswith(f"voice-{sid}-")}
     for _ in range(100):
         if not interrupted & set(info.get("engine_request_ids", [])):
             return info["engine"].get("passes", 0) - start
@@ -112,6 +121,7 @@ async def _storm_call(ctx: Ctx, rng: random.Random, cycles: int, out: dict) -> N
                 await _wait(pacer, lambda d=delay_until: time.monotonic() >= d, 2)
                 while not s.flushes.empty():
                     s.flushes.get_nowait()
+                in_flight = await _session_requests(ctx, s.session_id)
                 barge_t = time.monotonic()
                 flush_task = asyncio.create_task(s.flushes.get())
                 await _stream_prompt(pacer, barge)
@@ -121,7 +131,7 @@ async def _storm_call(ctx: Ctx, rng: random.Random, cycles: int, out: dict) -> N
                     out["bot_finished_first"] += 1  # the answer ended before the barge-in
                 else:
                     out["flushes"] += 1
-                    passes = await _cancel_passes(ctx, s.session_id, flush_task.result())
+                    passes = await _cancel_passes(ctx, s.session_id, in_flight)
                     out["cancel_passes"].append(passes)
                 out["barge_delays_s"].append(round(time.monotonic() - barge_t, 2))
                 quiet = time.monotonic()

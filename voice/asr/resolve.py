@@ -202,6 +202,11 @@ def load_pocketsphinx(
             name += "+domain-lm"
         except Exception as e:
             warnings.append(f"pocketsphinx domain LM unavailable ({e!r}); using the general LM")
+    # no second (flat-lexicon) search pass at end_utt: pocketsphinx runs it holding the GIL,
+    # 110-340 ms per utterance, which stalled the server's event loop and every other call
+    # (issue 12 isolation); measured on the 24 espeak receptionist prompts: WER 24.3% -> 26.4%,
+    # end_utt p50 150 -> 3 ms
+    kwargs["fwdflat"] = False
     pool = DecoderPool(size=1, **kwargs)
     return AsrBackend(
         name=name,

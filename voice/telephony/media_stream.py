@@ -207,8 +207,10 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         if isinstance(frame, TTSStartedFrame):
             self.stale.started(frame)  # the next answer's audio follows this frame
+        elif isinstance(frame, OutputAudioRawFrame) and self.stale.drops(frame):
+            return  # the interrupted answer's audio, arriving after the interruption
         if isinstance(frame, InterruptionFrame):
-            self.stale.interrupted()  # before pipecat pushes it on (and 'clear' goes out)
+            self.stale.interrupted(frame)  # before pipecat pushes it on (and 'clear' goes out)
             self._tracker.interrupted(time.time())
             self._run_open = False
             self._first_chunk_pending = False

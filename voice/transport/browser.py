@@ -71,9 +71,11 @@ class BrowserOutputTransport(BaseOutputTransport):
 
     async def process_frame(self, frame, direction: FrameDirection) -> None:
         if isinstance(frame, InterruptionFrame):
-            self.stale.interrupted()  # before pipecat pushes it on (and playback.flush goes out)
+            self.stale.interrupted(frame)  # before pipecat pushes it on (playback.flush goes out)
         elif isinstance(frame, TTSStartedFrame):
             self.stale.started(frame)  # the next answer's audio follows this frame
+        elif isinstance(frame, OutputAudioRawFrame) and self.stale.drops(frame):
+            return  # the interrupted answer's audio, arriving after the interruption
         await super().process_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):
             self._playout_end = 0.0  # the client flushes its queue

@@ -95,6 +95,8 @@ class EspeakTTSService(TTSService):
                 pcm = soxr.resample(samples, native, self.sample_rate).astype(np.int16).tobytes()
             step = int(self.sample_rate * CHUNK_SECS) * 2
             for offset in range(0, len(pcm), step):
+                if cancel.is_set():  # interrupted while the clause's frames were going out
+                    return
                 yield TTSAudioRawFrame(
                     audio=pcm[offset : offset + step],
                     sample_rate=self.sample_rate,

@@ -32,3 +32,57 @@ async def test_chunks_from_before_the_interruption_are_dropped():
     new = _chunk()
     assert await out.write_audio_frame(new) and len(sent) == 3
     assert await out.write_audio_frame(_chunk()) and len(sent) == 4
+
+
+def test_a_tts_started_frame_of_the_interrupted_answer_does_not_resume_its_audio():
+    """The storm's 141 stale frames: the interrupted answer's own TTSStartedFrame, made before
+    the barge-in but pushed by the TTS's audio-context task after the InterruptionFrame went by,
+    re-opened the gate for the rest of that answer. Audio made before the interruption that
+    reaches the output transport after it is dropped before pipecat re-chunks it."""
+    from pipecat.frames.frames import TTSAudioRawFrame
+
+    from diffvoice.voice.transport.stale_audio import StaleAudioGuard
+
+    guard = StaleAudioGuard()
+    old_started = TTSStartedFrame()
+    old_audio = TTSAudioRawFrame(audio=b"\1\0" * 160, sample_rate=16000, num_channels=1)
+    assert not guard.drops(old_audio)  # no interruption yet
+    guard.interrupted()
+    guard.started(old_started)  # arrives late: must not count as the next answer
+    assert guard.is_stale(_chunk())
+    assert guard.drops(old_audio)
+    keep = TTSAudioRawFrame(audio=b"\1\0" * 160, sample_rate=16000, num_channels=1)
+    keep.interruptible = False
+    assert not guard.drops(keep)  # uninterruptible audio is always played
+    guard.started(TTSStartedFrame())  # the next answer, made after the interruption
+    assert not guard.is_stale(_chunk())
+    assert not guard.drops(TTSAudioRawFrame(audio=b"\1\0" * 160, sample_rate=16000,
+                                            num_channels=1))
+
+
+async def test_the_output_transport_drops_old_audio_before_rechunking():
+    from pipecat.frames.frames import TTSAudioRawFrame
+    from pipecat.processors.frame_processor import FrameDirection
+
+    async def send(pcm: bytes) -> bool:
+        return True
+
+    out = BrowserTransport(send, input_sample_rate=16000, output_sample_rate=16000).output()
+    seen = []
+
+    async def handle(frame, direction):  # what pipecat's output transport would queue
+        seen.append(frame)
+
+    old = TTSAudioRawFrame(audio=b"\1\0" * 160, sample_rate=16000, num_channels=1)
+    out.stale.interrupted()
+    base = type(out).__mro__[1]
+    original = base.process_frame
+    base.process_frame = lambda self, frame, direction: handle(frame, direction)
+    try:
+        await out.process_frame(old, FrameDirection.DOWNSTREAM)
+        assert seen == [] and out.stale.dropped == 1
+        new = TTSAudioRawFrame(audio=b"\1\0" * 160, sample_rate=16000, num_channels=1)
+        await out.process_frame(new, FrameDirection.DOWNSTREAM)
+        assert seen == [new]
+    finally:
+        base.process_frame = original

@@ -1,0 +1,118 @@
+"""Keepalive (voice.transport.keepalive): a client that keeps sending but never answers pings is
+not closed (uvicorn's own protocol closes it 1011 "keepalive ping timeout", the soak's failure);
+a client that sends nothing at all is closed 1008 `keepalive_timeout`, as docs/protocol.md
+says. The client is a raw socket driven by websockets' sans-I/O protocol so that its pongs can
+be withheld."""
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, WebSocket
+from starlette.websockets import WebSocketDisconnect
+from websockets.client import ClientProtocol
+from websockets.frames import Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from diffvoice.voice.transport.keepalive import (
+    KEEPALIVE_CLOSE_CODE,
+    KEEPALIVE_CLOSE_REASON,
+    KeepaliveWebSocketProtocol,
+)
+
+PING_S, TIMEOUT_S = 0.2, 0.3
+
+
+@pytest.fixture(scope="module")
+def port():
+    app = FastAPI()
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            for _ in range(100_000):
+                await websocket.receive_bytes()
+        except WebSocketDisconnect:
+            pass
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off",
+                            ws=KeepaliveWebSocketProtocol, ws_ping_interval=PING_S,
+                            ws_ping_timeout=TIMEOUT_S)
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if srv.started:
+            break
+        time.sleep(0.01)
+    yield sock.getsockname()[1]
+    srv.should_exit = True
+    thread.join(10)
+
+
+async def _client(port: int, send_every_s: float | None, for_s: float) -> dict:
+    """Open /ws and never answer a ping; send a 640-byte binary frame every `send_every_s` (None:
+    nothing). Returns the pings seen and the server's close (None: still open after `for_s`)."""
+    proto = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/ws"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    proto.send_request(proto.connect())
+    writer.write(b"".join(proto.data_to_send()))
+    pings, close = 0, None
+    t0 = time.monotonic()
+    next_send = t0
+    try:
+        while time.monotonic() - t0 < for_s and close is None:
+            if (send_every_s is not None and proto.state is State.OPEN
+                    and time.monotonic() >= next_send):
+                proto.send_binary(bytes(640))
+                writer.write(b"".join(proto.data_to_send()))
+                next_send += send_every_s
+            try:
+                data = await asyncio.wait_for(reader.read(65536), 0.02)
+            except TimeoutError:
+                continue
+            if data:
+                proto.receive_data(data)
+            else:
+                proto.receive_eof()
+            proto.data_to_send()  # dropped: the automatic pongs (and a close echo) never go out
+            for frame in proto.events_received():
+                if getattr(frame, "opcode", None) is Opcode.PING:
+                    pings += 1
+            if proto.close_rcvd is not None:
+                close = (proto.close_rcvd.code, proto.close_rcvd.reason)
+            elif not data:
+                close = ("eof", "")
+    finally:
+        writer.close()
+    return {"pings": pings, "close": close, "after_s": time.monotonic() - t0}
+
+
+def test_a_client_that_keeps_sending_is_not_closed_for_late_pongs(port):
+    spared = KeepaliveWebSocketProtocol.spared
+    got = asyncio.run(_client(port, send_every_s=0.02, for_s=3 * (PING_S + TIMEOUT_S)))
+    assert got["close"] is None, got  # uvicorn's own protocol: 1011 "keepalive ping timeout"
+    assert got["pings"] >= 2, got     # keepalive pings kept coming, none answered
+    assert KeepaliveWebSocketProtocol.spared > spared
+
+
+def test_a_silent_client_is_closed_keepalive_timeout_not_1011(port):
+    got = asyncio.run(_client(port, send_every_s=None, for_s=5.0))
+    assert got["close"] == (KEEPALIVE_CLOSE_CODE, KEEPALIVE_CLOSE_REASON), got
+    assert got["close"][0] != 1011
+    assert got["after_s"] < PING_S + TIMEOUT_S + 2.0, got
+
+
+def test_serve_passes_its_keepalive_settings_to_uvicorn():
+    from diffvoice.voice.config import ServeConfig
+
+    assert ServeConfig().ws_ping_interval_s == 20.0 and ServeConfig().ws_ping_timeout_s == 20.0
+    with pytest.raises(ValueError, match="ws_ping_timeout_s"):
+        ServeConfig(ws_ping_timeout_s=-1)
