@@ -250,8 +250,13 @@ class BrowserSession:
                     await asyncio.wait({started, runner_task}, timeout=PIPELINE_READY_SECS,
                                        return_when="FIRST_COMPLETED")
                     started.cancel()
-                with contextlib.suppress(Exception):
-                    await worker.cancel(reason="session closed")
+                try:  # bounded: a processor stuck in a write must not keep the socket unread
+                    await asyncio.wait_for(worker.cancel(reason="session closed"), SHUTDOWN_SECS)
+                except TimeoutError:
+                    logger.warning(f"session {self.session_id}: pipeline cancel took over "
+                                   f"{SHUTDOWN_SECS:.0f} s")
+                except Exception:
+                    pass
             if runner_task is not None:
                 try:
                     await asyncio.wait_for(runner_task, SHUTDOWN_SECS)
