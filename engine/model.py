@@ -187,6 +187,13 @@ class DiffusionLM(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden))[..., : self.config.vocab_size]
 
+    def rotary_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [B, L, head_dim] of this model's rotary embedding at `positions` [B, L]."""
+        cfg = self.config
+        dtype = self.embed.weight.dtype
+        return rotary(positions, cfg.head_dim, cfg.rope_theta, dtype, cfg.rope_scaling,
+                      cfg.max_position_embeddings)
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids/positions [B, L]; attn_mask [B, 1, L, L] bool (True = may attend), None =
@@ -210,7 +217,8 @@ class DiffusionLM(nn.Module):
     def forward_step(self, input_ids: torch.Tensor, positions: torch.Tensor,
                      key_valid: torch.Tensor, kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
                      slots: torch.Tensor, cache_lens: torch.Tensor, cache_len_max: int,
-                     write_pos: torch.Tensor | None, logits_start: int) -> torch.Tensor:
+                     write_pos: torch.Tensor | None, logits_start: int,
+                     plan=None) -> torch.Tensor:
         """One denoising pass for a batch of requests.
 
         input_ids/positions [B, L]: each row's new tokens (left-padded); key_valid [B, L]: which new
@@ -220,7 +228,13 @@ class DiffusionLM(nn.Module):
         cache_len_max: max(cache_lens) known on the host; write_pos [B, L]: pool position to write
         each new token's K/V (T = discard), None = write nothing; logits_start: compute logits for
         input positions [logits_start:] only. Returns logits [B, L - logits_start, V].
+        `plan` (engine.pass_plan.AttnPlan, torch attention backend, fused projections): the
+        rotary tables, attention mask and K/V layout of this geometry, built once and reused;
+        the same math with fewer ops per pass.
         """
+        if plan is not None and self.layers[0].fused_qkv is not None:
+            return self._forward_planned(input_ids, kv_cache, slots, cache_lens, cache_len_max,
+                                         write_pos, logits_start, plan)
         cfg = self.config
         x = self.embed(input_ids)
         cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
@@ -249,3 +263,57 @@ class DiffusionLM(nn.Module):
             x = x + layer.o_proj(attn.flatten(2))
             x = x + layer.mlp(layer.post_norm(x))
         return self.logits(x[:, logits_start:])
+
+    def _forward_planned(self, input_ids, kv_cache, slots, cache_lens, cache_len_max, write_pos,
+                         logits_start, plan) -> torch.Tensor:
+        """forward_step with a prepared AttnPlan: no per-pass geometry, no module calls."""
+        cfg = self.config
+        h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        gqa = h != hkv
+        eps = cfg.rms_norm_eps
+        cos, sin, mask = plan.cos, plan.sin, plan.mask
+        x = F.embedding(input_ids, self.embed.weight)
+        b, n, _ = x.shape
+        width = (h + hkv) * d
+        half = d // 2
+        for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
+            qkv = F.linear(_norm(x, layer.input_norm, eps), layer.fused_qkv,
+                           layer.fused_qkv_bias)
+            qk = qkv[..., :width].view(b, n, h + hkv, d)
+            v = qkv[..., width:].view(b, n, hkv, d)
+            if layer.q_norm is not None:
+                if qk.dtype == torch.float32:
+                    qk = F.rms_norm(qk, (d,), None, layer.q_norm.eps) * layer.fused_qk_norm
+                else:
+                    qk = torch.cat((layer.q_norm(qk[:, :, :h]), layer.k_norm(qk[:, :, h:])), 2)
+            qk = qk * cos + qk.roll(half, -1) * sin  # rotate_half with the sign in `sin`
+            q = qk[:, :, :h].transpose(1, 2)  # [B, Hq, L, D]
+            k = qk[:, :, h:].transpose(1, 2)  # [B, Hkv, L, D]
+            v = v.transpose(1, 2)
+            if plan.direct:
+                keys, values = k, v
+            elif plan.pool is not None:  # batch 1: store the new K/V, attend over the pool
+                slot, kv0, kv1, off = plan.pool
+                k_pool[slot, :, kv0:kv1] = k[0, :, off:]
+                v_pool[slot, :, kv0:kv1] = v[0, :, off:]
+                keys, values = k_pool[slot:slot + 1, :, :kv1], v_pool[slot:slot + 1, :, :kv1]
+            else:
+                keys = torch.cat((k_pool[slots, :, :cache_len_max], k), dim=2)
+                values = torch.cat((v_pool[slots, :, :cache_len_max], v), dim=2)
+                if write_pos is not None:
+                    rows = slots[:, None].expand_as(write_pos)
+                    k_pool[rows, :, write_pos] = k.transpose(1, 2)
+                    v_pool[rows, :, write_pos] = v.transpose(1, 2)
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                  enable_gqa=gqa)
+            x = x + F.linear(attn.transpose(1, 2).flatten(2), layer.o_proj.weight)
+            gate, up = F.linear(_norm(x, layer.post_norm, eps), layer.fused_gate_up).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, layer.down_proj.weight)
+        hidden = _norm(x[:, logits_start:], self.norm, eps)
+        return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
+
+
+def _norm(x: torch.Tensor, norm: RMSNorm, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.eps)
+    return norm(x)
