@@ -276,28 +276,28 @@ class DiffusionLM(nn.Module):
         b, n, _ = x.shape
         width = (h + hkv) * d
         half = d // 2
-        for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
+        views = plan.views
+        for i, (layer, (k_pool, v_pool)) in enumerate(zip(self.layers, kv_cache, strict=True)):
             qkv = F.linear(_norm(x, layer.input_norm, eps), layer.fused_qkv,
                            layer.fused_qkv_bias)
             qk = qkv[..., :width].view(b, n, h + hkv, d)
             v = qkv[..., width:].view(b, n, hkv, d)
             if layer.q_norm is not None:
                 if qk.dtype == torch.float32:
-                    qk = F.rms_norm(qk, (d,), None, layer.q_norm.eps) * layer.fused_qk_norm
+                    qk = torch.rms_norm(qk, (d,), None, layer.q_norm.eps) * layer.fused_qk_norm
                 else:
                     qk = torch.cat((layer.q_norm(qk[:, :, :h]), layer.k_norm(qk[:, :, h:])), 2)
             qk = qk * cos + qk.roll(half, -1) * sin  # rotate_half with the sign in `sin`
             q = qk[:, :, :h].transpose(1, 2)  # [B, Hq, L, D]
-            k = qk[:, :, h:].transpose(1, 2)  # [B, Hkv, L, D]
-            v = v.transpose(1, 2)
-            if plan.direct:
-                keys, values = k, v
-            elif plan.pool is not None:  # batch 1: store the new K/V, attend over the pool
-                slot, kv0, kv1, off = plan.pool
-                k_pool[slot, :, kv0:kv1] = k[0, :, off:]
-                v_pool[slot, :, kv0:kv1] = v[0, :, off:]
-                keys, values = k_pool[slot:slot + 1, :, :kv1], v_pool[slot:slot + 1, :, :kv1]
+            if views is not None:  # batch 1: store the new K/V, attend over the pool
+                k_dst, v_dst, keys, values = views[i]
+                off = plan.pool[3]
+                k_dst.copy_(qk[0, off:, h:])
+                v_dst.copy_(v[0, off:])
+            elif plan.direct:
+                keys, values = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)
             else:
+                k, v = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, L, D]
                 keys = torch.cat((k_pool[slots, :, :cache_len_max], k), dim=2)
                 values = torch.cat((v_pool[slots, :, :cache_len_max], v), dim=2)
                 if write_pos is not None:
@@ -314,6 +314,6 @@ class DiffusionLM(nn.Module):
 
 
 def _norm(x: torch.Tensor, norm: RMSNorm, eps: float) -> torch.Tensor:
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.eps)
+    if x.dtype == torch.float32:  # F.rms_norm without its Python wrapper
+        return torch.rms_norm(x, x.shape[-1:], norm.weight, norm.eps)
     return norm(x)

@@ -41,6 +41,9 @@ class AttnPlan:
     # [kv0, kv1)) into the slot's pools, attend over pool[slot, :, :kv1]
     pool: tuple[int, int, int, int] | None = None
     direct: bool = False  # no cache read or written: attend over the new keys only
+    # pool layout: per layer (k_dst, v_dst [L', Hkv, D] pool views the new K/V are copied into,
+    # keys, values [1, Hkv, kv1, D] pool views attention reads)
+    views: list[tuple[torch.Tensor, ...]] | None = None
 
 
 @dataclass
@@ -87,9 +90,9 @@ def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
 class PlanCache:
     """Builds and keeps the PassPlans of the most recent geometries (LRU, bounded)."""
 
-    def __init__(self, model, device: torch.device, max_seq_len: int, mask_id: int,
+    def __init__(self, model, kv_cache, device: torch.device, max_seq_len: int, mask_id: int,
                  shift: int, max_entries: int = 64, max_mask_elements: int = 1 << 21):
-        self.model, self.device, self.T = model, device, max_seq_len
+        self.model, self.kv, self.device, self.T = model, kv_cache, device, max_seq_len
         self.mask_id, self.shift = mask_id, shift
         self.max_entries, self.max_mask_elements = max_entries, max_mask_elements
         self.plans: OrderedDict[tuple, PassPlan] = OrderedDict()
@@ -308,4 +311,7 @@ class PlanCache:
             limit = ((raw[0] // block + 1) * block).clamp(1, q_end)  # [L]
             allowed = self.arange[:q_end][None, :] < limit[:, None]  # [L, q_end]
             mask = self._float_mask(allowed[None, None])
-        return AttnPlan(cos, sin, mask, pool=(row[INT["slot"]], vis, q_end, offset))
+        slot = row[INT["slot"]]
+        views = [(k[slot, :, vis:q_end].transpose(0, 1), v[slot, :, vis:q_end].transpose(0, 1),
+                  k[slot:slot + 1, :, :q_end], v[slot:slot + 1, :, :q_end]) for k, v in self.kv]
+        return AttnPlan(cos, sin, mask, pool=(slot, vis, q_end, offset), views=views)

@@ -49,10 +49,10 @@ class ModelRunner:
                     torch.zeros(shape, dtype=dtype, device=device))
                    for _ in range(self.mc.num_layers)]
         self.seq = torch.full((slots, self.T + 1), self.mask_id, dtype=torch.long, device=device)
-        self.plans = PlanCache(self.model, device, self.T, self.mask_id, self.shift)
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
         graphs = device.type == "cuda" and not config.enforce_eager
+        self.plans = PlanCache(self.model, self.kv, device, self.T, self.mask_id, self.shift)
         self.static = None
         if self.mc.block_causal and (graphs or config.static_shapes):
             self.static = StaticForward(self.model, self.kv, config.batch_buckets, self.T, device,
@@ -135,12 +135,18 @@ class ModelRunner:
         else:
             self.seq[plan.slot_col, plan.window_idx] = new
         remaining = ((new == self.mask_id) & counted).sum(-1)
-        # the lowest committed confidence per row rides along in the same copy (micro-units)
-        low = (conf.masked_fill(~commit, 1.0).amin(-1) * 1e6).long()
-        out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
-        step = StepOutput(window_start=plan.window_start,
-                          tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
-                          min_conf=[h[-1] / 1e6 for h in out])
+        if any(r.t_first_block is None for r in rows):
+            # the lowest committed confidence per row (the engine tracks it over each answer's
+            # first block) rides along in the same copy (micro-units)
+            low = (conf.masked_fill(~commit, 1.0).amin(-1) * 1e6).long()
+            out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
+            step = StepOutput(window_start=plan.window_start,
+                              tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
+                              min_conf=[h[-1] / 1e6 for h in out])
+        else:
+            out = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
+            step = StepOutput(window_start=plan.window_start,
+                              tokens=[h[:-1] for h in out], remaining=[h[-1] for h in out])
         after_pass(self, rows, step.window_start, step.tokens)  # may lay more of a call's skeleton
         return step
 
