@@ -183,6 +183,13 @@ class DiffusionLM(nn.Module):
             layer.fused_gate_up = torch.cat([layer.gate_proj.weight, layer.up_proj.weight])
             gate, up = layer.fused_gate_up.chunk(2)
             layer.gate_proj.weight.data, layer.up_proj.weight.data = gate, up
+        # the tensors each layer's planned pass reads, gathered once (no module lookups)
+        self.fused_layers = [
+            (layer.input_norm.weight, layer.input_norm.eps, layer.fused_qkv, layer.fused_qkv_bias,
+             layer.fused_qk_norm, layer.q_norm.eps if layer.q_norm is not None else 0.0,
+             layer.q_norm is not None, layer.o_proj.weight, layer.post_norm.weight,
+             layer.post_norm.eps, layer.fused_gate_up, layer.down_proj.weight)
+            for layer in self.layers]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden))[..., : self.config.vocab_size]
@@ -232,7 +239,7 @@ class DiffusionLM(nn.Module):
         rotary tables, attention mask and K/V layout of this geometry, built once and reused;
         the same math with fewer ops per pass.
         """
-        if plan is not None and self.layers[0].fused_qkv is not None:
+        if plan is not None and getattr(self, "fused_layers", None) is not None:
             return self._forward_planned(input_ids, kv_cache, slots, cache_lens, cache_len_max,
                                          write_pos, logits_start, plan)
         cfg = self.config
@@ -277,14 +284,17 @@ class DiffusionLM(nn.Module):
         width = (h + hkv) * d
         half = d // 2
         views = plan.views
+        fp32 = x.dtype == torch.float32
         for i, (layer, (k_pool, v_pool)) in enumerate(zip(self.layers, kv_cache, strict=True)):
-            qkv = F.linear(_norm(x, layer.input_norm, eps), layer.fused_qkv,
-                           layer.fused_qkv_bias)
+            (in_w, in_eps, qkv_w, qkv_b, qk_w, qk_eps, qk_norm, o_w, post_w, post_eps, gate_up_w,
+             down_w) = self.fused_layers[i]
+            hx = torch.rms_norm(x, x.shape[-1:], in_w, in_eps) if fp32 else layer.input_norm(x)
+            qkv = F.linear(hx, qkv_w, qkv_b)
             qk = qkv[..., :width].view(b, n, h + hkv, d)
             v = qkv[..., width:].view(b, n, hkv, d)
-            if layer.q_norm is not None:
-                if qk.dtype == torch.float32:
-                    qk = torch.rms_norm(qk, (d,), None, layer.q_norm.eps) * layer.fused_qk_norm
+            if qk_norm:
+                if fp32:
+                    qk = torch.rms_norm(qk, (d,), None, qk_eps) * qk_w
                 else:
                     qk = torch.cat((layer.q_norm(qk[:, :, :h]), layer.k_norm(qk[:, :, h:])), 2)
             qk = qk * cos + qk.roll(half, -1) * sin  # rotate_half with the sign in `sin`
@@ -306,9 +316,10 @@ class DiffusionLM(nn.Module):
                     v_pool[rows, :, write_pos] = v.transpose(1, 2)
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                   enable_gqa=gqa)
-            x = x + F.linear(attn.transpose(1, 2).flatten(2), layer.o_proj.weight)
-            gate, up = F.linear(_norm(x, layer.post_norm, eps), layer.fused_gate_up).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, layer.down_proj.weight)
+            x = x + F.linear(attn.transpose(1, 2).flatten(2), o_w)
+            hx = torch.rms_norm(x, x.shape[-1:], post_w, post_eps) if fp32 else layer.post_norm(x)
+            gate, up = F.linear(hx, gate_up_w).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, down_w)
         hidden = _norm(x[:, logits_start:], self.norm, eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
 
