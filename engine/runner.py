@@ -41,6 +41,8 @@ class ModelRunner:
         self.T = max_seq_len
         self.mask_id = int(self.mc.mask_token_id)
         self.eos_ids = torch.tensor(self.mc.eos_token_ids, device=device)
+        ids = self.mc.eos_token_ids
+        self.eos_one = int(ids[0]) if len(set(ids)) == 1 else None  # one id: == beats isin
         self.shift = int(self.mc.logit_shift)
         slots = config.max_running
         dtype = next(self.model.parameters()).dtype
@@ -116,7 +118,8 @@ class ModelRunner:
         new = torch.where(commit, pred, cur)
         counted = plan.counted
         if plan.eos_zone is not None:  # some row stops at EOS
-            is_eos = torch.isin(new, self.eos_ids) & plan.eos_zone
+            is_eos = (new == self.eos_one if self.eos_one is not None
+                      else torch.isin(new, self.eos_ids)) & plan.eos_zone
             if plan.eos_fill_rows is not None:
                 # fast decoding: after a committed EOS nothing more is generated; fill the
                 # masks behind it with EOS
@@ -127,8 +130,8 @@ class ModelRunner:
                 # masks that still decide the answer: with final commits, none past
                 # max_new_tokens or behind the first EOS (those slots can no longer change any
                 # token before them)
-                before_eos = is_eos.long().cumsum(-1) == 0
-                counted = plan.in_block & ((plan.early & before_eos) | plan.not_final)
+                before_eos = is_eos.cumsum(-1) == 0
+                counted = ((plan.early & before_eos) | plan.not_final) & plan.in_block
         if plan.window_write is not None:
             slot, lo, hi = plan.window_write
             self.seq[slot, lo:hi] = new[0]
