@@ -67,6 +67,14 @@ class _Caller:
     events: list = field(default_factory=list)
 
 
+@dataclass
+class _Ticket:
+    """A request on its way into the scheduler (set under the engine lock)."""
+
+    request_id: str | None = None
+    cancelled: bool = False
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -173,18 +181,37 @@ class Engine:
         """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
         finish_reason "shed"; more than max_drafts in flight raises DraftRefused."""
         params = params or self.config.default_params
-        # templating + tokenising a long prompt takes a while: never on the caller's event loop
-        seq = await asyncio.to_thread(self.prepare, messages, params, request_id,
-                                      chat_template_kwargs)
-        seq.draft = draft
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("engine is closed")
-            self.scheduler.add(seq)  # may raise EngineOverloaded
-            self._callers[seq.request_id] = caller
-            self._wake.notify()
+        ticket = _Ticket()
+
+        def submit() -> Sequence:
+            """Prepare and queue in one trip off the loop: the worker starts decoding without
+            waiting for the event loop to be scheduled again (a thread hand-off per request
+            fewer on a busy CPU)."""
+            seq = self.prepare(messages, params, request_id, chat_template_kwargs)
+            seq.draft = draft
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("engine is closed")
+                if ticket.cancelled:  # the caller left while the prompt was tokenised
+                    return seq
+                self.scheduler.add(seq)  # may raise EngineOverloaded
+                self._callers[seq.request_id] = caller
+                ticket.request_id = seq.request_id
+                self._wake.notify()
+            return seq
+
+        # templating + tokenising a long prompt takes a while: never on the caller's event loop
+        try:
+            await asyncio.to_thread(submit)
+        except asyncio.CancelledError:
+            with self._lock:
+                ticket.cancelled = True
+                queued = ticket.request_id
+            if queued is not None:
+                self.abort(queued)
+            raise
         finished = False
         try:
             while not finished:
@@ -195,7 +222,7 @@ class Engine:
                 yield delta
         finally:
             if not finished:
-                self.abort(seq.request_id)
+                self.abort(ticket.request_id)
 
     def abort(self, request_id: str) -> None:
         with self._lock:

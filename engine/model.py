@@ -183,9 +183,23 @@ class DiffusionLM(nn.Module):
             layer.fused_gate_up = torch.cat([layer.gate_proj.weight, layer.up_proj.weight])
             gate, up = layer.fused_gate_up.chunk(2)
             layer.gate_proj.weight.data, layer.up_proj.weight.data = gate, up
+        # the tensors each layer's planned pass reads, gathered once (no module lookups)
+        self.fused_layers = [
+            (layer.input_norm.weight, layer.input_norm.eps, layer.fused_qkv, layer.fused_qkv_bias,
+             layer.fused_qk_norm, layer.q_norm.eps if layer.q_norm is not None else 0.0,
+             layer.q_norm is not None, layer.o_proj.weight, layer.post_norm.weight,
+             layer.post_norm.eps, layer.fused_gate_up, layer.down_proj.weight)
+            for layer in self.layers]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden))[..., : self.config.vocab_size]
+
+    def rotary_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [B, L, head_dim] of this model's rotary embedding at `positions` [B, L]."""
+        cfg = self.config
+        dtype = self.embed.weight.dtype
+        return rotary(positions, cfg.head_dim, cfg.rope_theta, dtype, cfg.rope_scaling,
+                      cfg.max_position_embeddings)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -210,7 +224,8 @@ class DiffusionLM(nn.Module):
     def forward_step(self, input_ids: torch.Tensor, positions: torch.Tensor,
                      key_valid: torch.Tensor, kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
                      slots: torch.Tensor, cache_lens: torch.Tensor, cache_len_max: int,
-                     write_pos: torch.Tensor | None, logits_start: int) -> torch.Tensor:
+                     write_pos: torch.Tensor | None, logits_start: int,
+                     plan=None) -> torch.Tensor:
         """One denoising pass for a batch of requests.
 
         input_ids/positions [B, L]: each row's new tokens (left-padded); key_valid [B, L]: which new
@@ -220,7 +235,13 @@ class DiffusionLM(nn.Module):
         cache_len_max: max(cache_lens) known on the host; write_pos [B, L]: pool position to write
         each new token's K/V (T = discard), None = write nothing; logits_start: compute logits for
         input positions [logits_start:] only. Returns logits [B, L - logits_start, V].
+        `plan` (engine.pass_plan.AttnPlan, torch attention backend, fused projections): the
+        rotary tables, attention mask and K/V layout of this geometry, built once and reused;
+        the same math with fewer ops per pass.
         """
+        if plan is not None and getattr(self, "fused_layers", None) is not None:
+            return self._forward_planned(input_ids, kv_cache, slots, cache_lens, cache_len_max,
+                                         write_pos, logits_start, plan)
         cfg = self.config
         x = self.embed(input_ids)
         cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
@@ -249,3 +270,61 @@ class DiffusionLM(nn.Module):
             x = x + layer.o_proj(attn.flatten(2))
             x = x + layer.mlp(layer.post_norm(x))
         return self.logits(x[:, logits_start:])
+
+    def _forward_planned(self, input_ids, kv_cache, slots, cache_lens, cache_len_max, write_pos,
+                         logits_start, plan) -> torch.Tensor:
+        """forward_step with a prepared AttnPlan: no per-pass geometry, no module calls."""
+        cfg = self.config
+        h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        gqa = h != hkv
+        eps = cfg.rms_norm_eps
+        cos, sin, mask = plan.cos, plan.sin, plan.mask
+        x = F.embedding(input_ids, self.embed.weight)
+        b, n, _ = x.shape
+        width = (h + hkv) * d
+        half = d // 2
+        views = plan.views
+        fp32 = x.dtype == torch.float32
+        for i, (layer, (k_pool, v_pool)) in enumerate(zip(self.layers, kv_cache, strict=True)):
+            (in_w, in_eps, qkv_w, qkv_b, qk_w, qk_eps, qk_norm, o_w, post_w, post_eps, gate_up_w,
+             down_w) = self.fused_layers[i]
+            hx = torch.rms_norm(x, x.shape[-1:], in_w, in_eps) if fp32 else layer.input_norm(x)
+            qkv = F.linear(hx, qkv_w, qkv_b)
+            qk = qkv[..., :width].view(b, n, h + hkv, d)
+            v = qkv[..., width:].view(b, n, hkv, d)
+            if qk_norm:
+                if fp32:
+                    qk = torch.rms_norm(qk, (d,), None, qk_eps) * qk_w
+                else:
+                    qk = torch.cat((layer.q_norm(qk[:, :, :h]), layer.k_norm(qk[:, :, h:])), 2)
+            qk = qk * cos + qk.roll(half, -1) * sin  # rotate_half with the sign in `sin`
+            q = qk[:, :, :h].transpose(1, 2)  # [B, Hq, L, D]
+            if views is not None:  # batch 1: store the new K/V, attend over the pool
+                k_dst, v_dst, keys, values = views[i]
+                off = plan.pool[3]
+                k_dst.copy_(qk[0, off:, h:])
+                v_dst.copy_(v[0, off:])
+            elif plan.direct:
+                keys, values = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)
+            else:
+                k, v = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, L, D]
+                keys = torch.cat((k_pool[slots, :, :cache_len_max], k), dim=2)
+                values = torch.cat((v_pool[slots, :, :cache_len_max], v), dim=2)
+                if write_pos is not None:
+                    rows = slots[:, None].expand_as(write_pos)
+                    k_pool[rows, :, write_pos] = k.transpose(1, 2)
+                    v_pool[rows, :, write_pos] = v.transpose(1, 2)
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                  enable_gqa=gqa)
+            x = x + F.linear(attn.transpose(1, 2).flatten(2), o_w)
+            hx = torch.rms_norm(x, x.shape[-1:], post_w, post_eps) if fp32 else layer.post_norm(x)
+            gate, up = F.linear(hx, gate_up_w).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, down_w)
+        hidden = _norm(x[:, logits_start:], self.norm, eps)
+        return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
+
+
+def _norm(x: torch.Tensor, norm: RMSNorm, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:  # F.rms_norm without its Python wrapper
+        return torch.rms_norm(x, x.shape[-1:], norm.weight, norm.eps)
+    return norm(x)

@@ -17,10 +17,9 @@ from diffvoice.engine.constrained.hook import after_pass, constrain_pass
 from diffvoice.engine.cuda_graphs import StaticForward
 from diffvoice.engine.loader import LoadedModel
 from diffvoice.engine.params import EngineConfig
+from diffvoice.engine.pass_plan import PlanCache
 from diffvoice.engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
-from diffvoice.engine.rowbatch import FLOAT as FC
-from diffvoice.engine.rowbatch import INT as IC
-from diffvoice.engine.rowbatch import pack
+from diffvoice.engine.rowbatch import row_key, row_pass
 from diffvoice.engine.sampling import predict
 from diffvoice.engine.sequence import Sequence
 
@@ -42,6 +41,8 @@ class ModelRunner:
         self.T = max_seq_len
         self.mask_id = int(self.mc.mask_token_id)
         self.eos_ids = torch.tensor(self.mc.eos_token_ids, device=device)
+        ids = self.mc.eos_token_ids
+        self.eos_one = int(ids[0]) if len(set(ids)) == 1 else None  # one id: == beats isin
         self.shift = int(self.mc.logit_shift)
         slots = config.max_running
         dtype = next(self.model.parameters()).dtype
@@ -50,10 +51,10 @@ class ModelRunner:
                     torch.zeros(shape, dtype=dtype, device=device))
                    for _ in range(self.mc.num_layers)]
         self.seq = torch.full((slots, self.T + 1), self.mask_id, dtype=torch.long, device=device)
-        self.arange = torch.arange(self.T + 1, device=device)
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
         graphs = device.type == "cuda" and not config.enforce_eager
+        self.plans = PlanCache(self.model, self.kv, device, self.T, self.mask_id, self.shift)
         self.static = None
         if self.mc.block_causal and (graphs or config.static_shapes):
             self.static = StaticForward(self.model, self.kv, config.batch_buckets, self.T, device,
@@ -80,84 +81,93 @@ class ModelRunner:
 
     @torch.inference_mode()
     def step(self, rows: list[Sequence]) -> StepOutput:
-        dev, shift = self.device, self.shift
-        W = max(r.q_end - r.q_start for r in rows)
-        L = max(max(r.q_end - r.first_computed for r in rows), W + shift)
-        ints, floats, host = pack(rows, dev)  # host-side geometry: one tensor each
-        columns = ints.unbind(1)  # one op for every column view
-        c = lambda name: columns[IC[name]]  # noqa: E731
-        slots, q_end, first, visible = c("slot"), c("q_end"), c("first"), c("visible")
-        positions = q_end[:, None] - L + self.arange[:L][None]  # [B, L]
-        valid = positions >= first[:, None]
-        key_valid = valid & (positions >= visible[:, None])
-        write_pos = None
-        if any(h[IC["writes"]] for h in host):
-            store = key_valid & c("writes").bool()[:, None] & (positions < c("q_start")[:, None])
-            write_pos = torch.where(store, positions, self.T)
-        gather_pos = torch.where(valid, positions, self.T)
-        ids = self.seq[slots[:, None], gather_pos]  # [B, L]
-        cache_len_max = max(h[IC["visible"]] for h in host)
+        keys = tuple(row_key(r) for r in rows)
+        plan = self.plans.get(keys)  # device geometry, built once per distinct geometry
+        W, L = plan.W, plan.L
+        if plan.ids_view is not None:  # one row without padding: a slice of its canvas
+            slot, lo, hi = plan.ids_view
+            ids = self.seq[slot:slot + 1, lo:hi]
+        else:
+            ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
         logits = None
-        if self.static is not None and write_pos is None:  # decode-only: fixed shapes
-            logits = self.static(ids, positions.clamp(min=0), key_valid, slots, visible,
-                                 cache_len_max, L - W - shift)
+        if self.static is not None and plan.write_pos is None:  # decode-only: fixed shapes
+            logits = self.static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
+                                 plan.cache_len_max, plan.logits_start)
         if logits is None:
-            logits = self.model.forward_step(ids, positions.clamp(min=0), key_valid, self.kv,
-                                             slots, visible, cache_len_max, write_pos,
-                                             L - W - shift)
+            logits = self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv,
+                                             plan.slots, plan.visible, plan.cache_len_max,
+                                             plan.write_pos, plan.logits_start, plan=plan.attn)
         logits = logits[:, :W]  # [B, W, V]
 
-        wpos = positions[:, L - W:]  # [B, W] absolute position of each window slot
+        wpos = plan.wpos  # [B, W] absolute position of each window slot
         cur = ids[:, L - W:]
-        d_start, d_end = c("d_start")[:, None], c("d_end")[:, None]
-        in_block = (wpos >= d_start) & (wpos < d_end)
-        maskable = (cur == self.mask_id) & in_block
+        maskable = (cur == self.mask_id) & plan.in_block
         # schema-constrained rows (tool calls, response_format): logit masks, blocked commits
         logits, maskable = constrain_pass(rows, logits, wpos, cur, maskable, self.mask_id)
-        names = sorted({r.params.policy or "low_confidence" for r in rows})
-        full_vocab = c("full_vocab").bool() if any(h[IC["full_vocab"]] for h in host) else None
+        names = plan.names
         pred, conf, entropy = predict(
             logits, self.mask_id, [r.params.temperature for r in rows],
             [self.generators.get(r.slot) for r in rows],
-            need_entropy=bool(NEEDS_ENTROPY.intersection(names)), full_vocab=full_vocab)
-        knobs = PolicyKnobs(
-            steps_left=c("steps_left"), threshold=floats[:, FC["threshold"]],
-            entropy_bound=floats[:, FC["entropy_bound"]], k_fixed=c("k_fixed"),
-            k_host=[h[IC["k_fixed"]] for h in host],
-            block=(wpos >= c("block_start")[:, None]) & (wpos < d_end),
-            dream_f=floats[:, FC["dream_f"]])
-        commit = commit_mixed(names, c("policy"), conf, entropy, maskable, knobs)
-        if any(h[IC["first_token"]] for h in host):  # v2: a new block's slot 0 alone, from the
-            slot0 = maskable & (wpos == d_start)  # previous block's last logit
-            commit = torch.where(c("first_token").bool()[:, None], slot0, commit)
+            need_entropy=bool(NEEDS_ENTROPY.intersection(names)), full_vocab=plan.full_vocab,
+            full_vocab_all=plan.full_vocab_all)
+        commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
+                              self._knobs(rows, keys, plan))
+        if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone, from the
+            slot0 = maskable & plan.slot0  # previous block's last logit
+            commit = torch.where(plan.first_token_rows, slot0, commit)
         new = torch.where(commit, pred, cur)
-        stop_rows = c("stop").bool()[:, None]
-        prompt_len = c("prompt_len")[:, None]
-        is_eos = torch.isin(new, self.eos_ids) & (wpos >= prompt_len) & stop_rows
-        if any(h[IC["eos_fill"]] for h in host):
-            # fast decoding: after a committed EOS nothing more is generated; fill the masks
-            # behind it with EOS
-            after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
-            fill = after_eos & (new == self.mask_id) & c("eos_fill").bool()[:, None]
-            new = torch.where(fill, self.eos_ids[0], new)
-        in_window = wpos >= first[:, None]
-        self.seq[slots[:, None], torch.where(in_window, wpos, self.T)] = new
-        # masks that still decide the answer: with final commits, none past max_new_tokens or
-        # behind the first EOS (those slots can no longer change any token before them)
-        counted = in_block
-        if any(h[IC["final"]] for h in host):
-            before_eos = is_eos.long().cumsum(-1) == 0
-            early = (wpos < c("gen_end")[:, None]) & before_eos
-            counted = in_block & (early | ~c("final").bool()[:, None])
+        counted = plan.counted
+        if plan.eos_zone is not None:  # some row stops at EOS
+            is_eos = (new == self.eos_one if self.eos_one is not None
+                      else torch.isin(new, self.eos_ids)) & plan.eos_zone
+            if plan.eos_fill_rows is not None:
+                # fast decoding: after a committed EOS nothing more is generated; fill the
+                # masks behind it with EOS
+                after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+                fill = after_eos & (new == self.mask_id) & plan.eos_fill_rows
+                new = torch.where(fill, self.eos_ids[0], new)
+            if plan.early is not None:
+                # masks that still decide the answer: with final commits, none past
+                # max_new_tokens or behind the first EOS (those slots can no longer change any
+                # token before them)
+                before_eos = is_eos.cumsum(-1) == 0
+                counted = ((plan.early & before_eos) | plan.not_final) & plan.in_block
+        if plan.window_write is not None:
+            slot, lo, hi = plan.window_write
+            self.seq[slot, lo:hi] = new[0]
+        else:
+            self.seq[plan.slot_col, plan.window_idx] = new
         remaining = ((new == self.mask_id) & counted).sum(-1)
-        # the lowest committed confidence per row rides along in the same copy (micro-units)
-        low = (torch.where(commit, conf, torch.ones_like(conf)).amin(-1) * 1e6).long()
-        out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
-        step = StepOutput(window_start=[r.q_end - W for r in rows],
-                          tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
-                          min_conf=[h[-1] / 1e6 for h in out])
+        if any(r.t_first_block is None for r in rows):
+            # the lowest committed confidence per row (the engine tracks it over each answer's
+            # first block) rides along in the same copy (micro-units)
+            low = (conf.masked_fill(~commit, 1.0).amin(-1) * 1e6).long()
+            out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
+            step = StepOutput(window_start=plan.window_start,
+                              tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
+                              min_conf=[h[-1] / 1e6 for h in out])
+        else:
+            out = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
+            step = StepOutput(window_start=plan.window_start,
+                              tokens=[h[:-1] for h in out], remaining=[h[-1] for h in out])
         after_pass(self, rows, step.window_start, step.tokens)  # may lay more of a call's skeleton
         return step
+
+    def _knobs(self, rows: list[Sequence], keys, plan) -> PolicyKnobs:
+        """The policies' per-pass schedule as small device tensors (only those needed)."""
+        passes = [row_pass(r, k) for r, k in zip(rows, keys, strict=True)]
+        names = plan.names
+        steps_left = k_fixed = k_host = dream_f = None
+        if "low_confidence" in names:
+            steps_left = self.plans.vec(tuple(p.steps_left for p in passes), torch.long)
+        if "sdar_static" in names or "sdar_dynamic" in names:
+            k_host = [p.k_fixed for p in passes]
+            k_fixed = self.plans.vec(tuple(k_host), torch.long)
+        if "dream_topk" in names or "dream_entropy" in names:
+            dream_f = self.plans.vec(tuple(p.dream_f for p in passes), torch.float32)
+        return PolicyKnobs(steps_left=steps_left, threshold=plan.threshold,
+                           entropy_bound=plan.entropy_bound, k_fixed=k_fixed, k_host=k_host,
+                           block=plan.block, dream_f=dream_f)
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:

@@ -20,10 +20,15 @@ from diffvoice.kernels.ops import (
 
 def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
             generators: list[torch.Generator | None], need_entropy: bool,
-            full_vocab: torch.Tensor | None = None):
+            full_vocab: torch.Tensor | None = None, full_vocab_all: bool | None = None):
     """logits [B, W, V] -> (token [B, W] int64, conf [B, W] f32, entropy [B, W] f32 | None);
-    full_vocab [B] bool or None (no row)."""
+    full_vocab [B] bool or None (no row); full_vocab_all: the host knows every row is flagged
+    (None: look)."""
     logits = logits.float()
+    if logits.device.type == "cpu" and not need_entropy and not any(t > 0 for t in temperatures):
+        fast = _greedy_cpu(logits, mask_id, full_vocab, full_vocab_all)
+        if fast is not None:
+            return fast
     if full_vocab is not None:
         mask_logit = logits[..., mask_id].clone()
         full_entropy = _entropy(logits) if need_entropy else None
@@ -39,6 +44,24 @@ def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
     if entropy is not None:
         entropy = torch.where(rows, full_entropy, entropy)
     return token, conf, entropy
+
+
+def _greedy_cpu(logits: torch.Tensor, mask_id: int, full_vocab: torch.Tensor | None,
+                full_vocab_all: bool | None):
+    """Greedy rows on the CPU in three ops: softmax, drop the mask token, max (the references'
+    own `softmax(...).max(-1)`). None when rows differ in `full_vocab` (the general path)."""
+    if full_vocab is None:
+        logits[..., mask_id] = float("-inf")
+        conf, token = logits.softmax(-1).max(-1)
+        return token, conf, None
+    if full_vocab_all is None:
+        full_vocab_all = bool(full_vocab.all())
+    if not full_vocab_all:
+        return None
+    p = logits.softmax(-1)
+    p[..., mask_id] = 0.0  # the mask token is never predicted; it stays in the denominator
+    conf, token = p.max(-1)
+    return token, conf, None
 
 
 def _entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from diffvoice.engine.policies.reference import top_k_rows
+
 
 def commit_low_confidence(conf, entropy, maskable, knobs):
     n_masked = maskable.sum(-1)  # [B]
     k = torch.div(n_masked + knobs.steps_left - 1, knobs.steps_left.clamp(min=1),
                   rounding_mode="floor")
-    score = torch.where(maskable, conf, torch.full_like(conf, -1.0))
-    order = torch.argsort(score, dim=-1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(
-        order.shape[-1], device=order.device).expand_as(order))
-    return maskable & (rank < k[:, None])
+    return top_k_rows(conf.masked_fill(~maskable, -1.0), maskable, k)

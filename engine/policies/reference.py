@@ -51,14 +51,26 @@ def commit_sdar_dynamic(conf, entropy, maskable, knobs):
 
 def commit_threshold_ge(conf, entropy, maskable, knobs):
     commit = maskable & (conf >= knobs.threshold[:, None])
-    score = torch.where(maskable, conf, torch.full_like(conf, -1.0))
-    return at_least_one(commit, score, maskable)
+    return at_least_one(commit, conf.masked_fill(~maskable, -1.0), maskable)
 
 
 def _dream(score, maskable, knobs):
     n = maskable.sum(-1)
     k = (n.float() * knobs.dream_f).floor().long()  # int(n * (1 - s / t)) in float32
-    score = torch.where(maskable, score, torch.full_like(score, float("-inf")))
+    score = score.masked_fill(~maskable, float("-inf"))
+    return top_k_rows(score, maskable, k)
+
+
+def top_k_rows(score: torch.Tensor, maskable: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The k[b] best-scoring maskable slots of each row b (k <= its maskable slots). One row on
+    the CPU: torch.topk with k read on the host (as the authors' loops select; exact ties may
+    break differently from the batched path, which takes the earlier slot)."""
+    if score.shape[0] == 1 and score.device.type == "cpu":
+        kk = int(k[0])
+        out = torch.zeros_like(maskable)
+        if kk > 0:
+            out[0, torch.topk(score[0], kk).indices] = True
+        return out & maskable
     order = torch.argsort(score, dim=-1, descending=True, stable=True)
     rank = torch.empty_like(order).scatter_(-1, order, torch.arange(
         order.shape[-1], device=order.device).expand_as(order))
