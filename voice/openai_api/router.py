@@ -13,10 +13,10 @@ Contract:
   and only its values are decoded); it is sent as `message.tool_calls` with finish_reason
   "tool_calls", or streamed as OpenAI does (id/type/name first, then argument pieces).
 - Clarify guard (ServeConfig.clarify, voice/receptionist/clarify.py; on by default for a model
-  directory with a facts.yaml): a chat answer (no response_format) whose first block the engine
-  committed with confidence below `clarify_below`, or (clarify_whole_reply) that is not
-  well-formed, is replaced by the clarifying question; a non-streamed response then carries
-  `x-diffvoice-clarified: first_block|not_well_formed`.
+  directory with a facts.yaml): a chat answer (no response_format, no ignore_eos) whose first
+  block the engine committed with confidence below `clarify_below`, or (clarify_whole_reply)
+  that is not well-formed, is replaced by the clarifying question; a non-streamed response
+  then carries `x-diffvoice-clarified: first_block|not_well_formed`.
 - A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
   engine request aborted, so the slot frees before the engine's next step.
 Knows nothing about the voice pipeline; request parsing lives in `request.py`.
@@ -213,8 +213,11 @@ def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
 
 def _clarify_record(state: Any, chat: ChatRequest):
     """(guard, record) when the clarify guard applies to this chat request, else None: spoken
-    answers only (no response_format)."""
+    answers only (no response_format), and not for `ignore_eos` requests, which ask for exactly
+    max_tokens raw tokens (benchmarks at equal answer length: such a reply is cut, not blended)."""
     if chat.params.response_format is not None or not hasattr(state, "config"):
+        return None
+    if chat.params.ignore_eos:
         return None
     from diffvoice.voice.receptionist.clarify import ClarifyRecord, guard_of
 

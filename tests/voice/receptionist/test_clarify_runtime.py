@@ -154,13 +154,13 @@ def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
         engine: Engine
         config: _Config
 
-    def ask(config, question):
+    def ask(config, question, **extra):
         app = FastAPI()
         app.include_router(make_router(_State(engine, config)))
         with TestClient(app) as client:
             r = client.post("/v1/chat/completions", json={
                 "model": engine.model_name, "tools": tools.schemas, "max_tokens": 48,
-                "messages": [{"role": "user", "content": question}]})
+                "messages": [{"role": "user", "content": question}], **extra})
         assert r.status_code == 200, r.text
         return r.json()["choices"][0]["message"]["content"], r.headers
 
@@ -173,3 +173,6 @@ def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
     # threshold 0: only the whole-reply test; the blend is still not well-formed
     text, headers = ask(_Config(clarify_below=0.0), UNSURE)
     assert text == CLARIFY and headers["x-diffvoice-clarified"] == "not_well_formed"
+    # ignore_eos asks for exactly max_tokens raw tokens (a benchmark): never replaced
+    body = ask(_Config(clarify_below=0.0), UNSURE, ignore_eos=True, max_tokens=16)
+    assert body[0] != CLARIFY and "x-diffvoice-clarified" not in body[1]
