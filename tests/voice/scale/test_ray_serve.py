@@ -125,7 +125,10 @@ async def test_calls_spread_over_both_replicas_and_get_answers(cluster, speech):
 async def test_v1_requests_are_spread(cluster):
     import aiohttp
 
-    body = {"model": "receptionist-tiny", "max_tokens": 16,
+    # 48 tokens each (ignore_eos): long enough that 12 at once overlap on the replicas; with
+    # 16-token answers the faster engine finished each before the next arrived, and least-loaded
+    # routing rightly kept choosing the same idle replica
+    body = {"model": "receptionist-tiny", "max_tokens": 48, "ignore_eos": True,
             "messages": [{"role": "user", "content": "when do you open?"}]}  # fmt: skip
     timeout = aiohttp.ClientTimeout(total=scaled(60))
     async with aiohttp.ClientSession(f"http://{cluster}", timeout=timeout) as client:
