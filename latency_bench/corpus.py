@@ -135,6 +135,17 @@ def to_prompt(name: str, text: str | None, audio: np.ndarray, sample_rate: int,
     return Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s, speech_end_s=end_s)
 
 
+def _espeak_and_cache(cache_dir) -> tuple[str, str, Path]:
+    """(espeak-ng binary, its version, the created cache folder); CorpusError without espeak-ng."""
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise CorpusError("espeak-ng is not installed: `make system-deps` (Debian package "
+                          "espeak-ng), or pass --audio DIR with your own WAV files")
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    return binary, _espeak_version(binary), cache_dir
+
+
 def _espeak_version(binary: str) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
     return out.stdout.strip()
@@ -152,13 +163,7 @@ def synthesize_corpus(texts: Sequence[str], voices: Sequence[str], speeds: Seque
     for speed in speeds:
         if not 80 <= int(speed) <= 450:
             raise ValueError(f"espeak-ng speed must be 80..450 words per minute, got {speed}")
-    binary = shutil.which("espeak-ng")
-    if binary is None:
-        raise CorpusError("espeak-ng is not installed: `make system-deps` (Debian package "
-                          "espeak-ng), or pass --audio DIR with your own WAV files")
-    version = _espeak_version(binary)
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    binary, version, cache_dir = _espeak_and_cache(cache_dir)
     prompts = []
     for text in texts:
         for voice in voices:
@@ -240,13 +245,7 @@ def paused_corpus(items: Sequence[Sequence[str]], voices: Sequence[str],
     """Every (utterance, voice, speed): pieces spoken apart, joined with 300-600 ms pauses."""
     if not items or not voices or not speeds or not pauses_ms:
         raise ValueError("items, voices, speeds and pauses_ms must each be non-empty")
-    binary = shutil.which("espeak-ng")
-    if binary is None:
-        raise CorpusError("espeak-ng is not installed: `make system-deps` (Debian package "
-                          "espeak-ng), or pass --audio DIR with your own WAV files")
-    version = _espeak_version(binary)
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    binary, version, cache_dir = _espeak_and_cache(cache_dir)
     prompts = []
     for i, pieces in enumerate(items):
         text = " ".join(pieces)
