@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 
 from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADParams
+from pipecat.frames.frames import Frame, InputAudioRawFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -51,6 +52,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
+from pipecat.processors.filters.function_filter import FunctionFilter
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_stop import (
     SpeechTimeoutUserTurnStopStrategy,
@@ -86,6 +88,21 @@ def _turn_strategies(smart_turn: bool, meaning: MeaningTurnStopStrategy | None =
         # stopped and the (finalized) transcript is in
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.0)]
     return UserTurnStrategies(start=default_user_turn_start_strategies(), stop=stop)
+
+
+async def _not_caller_audio(frame: Frame) -> bool:
+    return not isinstance(frame, InputAudioRawFrame)
+
+
+def caller_audio_stop() -> FunctionFilter:
+    """Drops the caller's audio frames after their last consumer (the user aggregator's VAD).
+
+    pipecat passes every 20 ms input frame on down the whole pipeline; the LLM, TTS, output
+    transport and taps after the user aggregator ignore them, and each hop costs a queue, a task
+    switch and observer calls on the event loop: with 16 silent callers those hops alone kept
+    the server's loop thread busy (docs/reliability.md).
+    """
+    return FunctionFilter(_not_caller_audio, filter_system_frames=True, name="caller-audio-stop")
 
 
 def _clarify_guard(state):  # ServeConfig.clarify*: voice/receptionist/clarify.py
@@ -171,6 +188,7 @@ def build_pipeline(
             FrameTap("stt", tracker.on_frame),
             *drafter,
             aggregators.user(),
+            caller_audio_stop(),
             llm,
             FrameTap("llm", tracker.on_frame),
             tts,

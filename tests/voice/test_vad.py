@@ -37,3 +37,31 @@ def test_shared_vad_matches_pipecat_and_keeps_state_per_call():
     assert np.allclose(scores_a, reference, atol=1e-6)
     assert np.allclose(scores_b, _scores(SileroVADAnalyzer(), seed=2), atol=1e-6)
     assert a.params.stop_secs == 0.4
+
+
+async def test_calls_share_one_analysis_pool_and_states_match_pipecats_own(speech):
+    """Every call's analysis runs on one shared pool (not a thread per call); one call's cleanup
+    leaves the pool to the others; two interleaved calls get exactly the VAD states pipecat's own
+    analyzer (with its own thread) gives each stream alone."""
+    import asyncio
+
+    from diffvoice.voice.vad import EXECUTOR_THREADS, shared_executor
+
+    texts = {3: "do you take walk ins", 4: "i would like to book a cleaning on friday"}
+
+    def frames(seed):  # 20 ms pieces of a stream: the analyzer buffers to its 512 windows
+        pcm = speech(texts[seed], lead_silence=0.3, tail_silence=0.6)
+        return [pcm[i:i + 640] for i in range(0, len(pcm), 640)]
+
+    async def states(vad, seed):
+        vad.set_sample_rate(16000)
+        return [await vad.analyze_audio(f) for f in frames(seed)]
+
+    reference = [await states(SileroVADAnalyzer(), s) for s in (3, 4)]
+    a, b, gone = make_vad(), make_vad(), make_vad()
+    assert a._executor is b._executor is gone._executor is shared_executor()
+    assert shared_executor()._max_workers == EXECUTOR_THREADS
+    await gone.cleanup()
+    got = await asyncio.gather(states(a, 3), states(b, 4))
+    assert got == reference
+    assert all(any(s.name == "SPEAKING" for s in g) for g in got)  # each stream held speech

@@ -51,6 +51,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import (
+    FastAPIWebsocketInputTransport,
     FastAPIWebsocketOutputTransport,
     FastAPIWebsocketParams,
     FastAPIWebsocketTransport,
@@ -59,6 +60,7 @@ from pipecat.transports.websocket.fastapi import (
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 from diffvoice.voice.telephony.playout import PlayoutTracker
 from diffvoice.voice.transport.stale_audio import StaleAudioGuard
+from diffvoice.voice.transport.vad_aligned import VadAlignedInput
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +231,10 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
         return written
 
 
+class _VadAlignedInputTransport(VadAlignedInput, FastAPIWebsocketInputTransport):
+    """Twilio's 20 ms media frames reach the pipeline as whole 32 ms VAD windows."""
+
+
 class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
     """FastAPIWebsocketTransport for one Twilio call, with mark-based playout tracking."""
 
@@ -244,6 +250,9 @@ class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
             allowed_origins=[],
         )
         super().__init__(websocket, params)
+        self._input = _VadAlignedInputTransport(
+            self, self._client, self._params, name=self._input_name
+        )
         self._output = _MarkingOutputTransport(
             self,
             self._client,

@@ -4,7 +4,8 @@ The socket itself is owned by `voice.transport.ws_session` (which decodes the wi
 this module only bridges to pipecat:
 
 * input: `await transport.input().push_pcm(pcm)` turns caller PCM (16 kHz int16 mono) into
-  InputAudioRawFrames; `ready` is set once the pipeline can take audio.
+  InputAudioRawFrames of whole 32 ms VAD windows (voice.transport.vad_aligned); `ready` is set
+  once the pipeline can take audio.
 * output: each bot audio chunk is handed to `send_audio(bytes)` at the pipeline's output rate,
   paced like a sound card that may run at most `lead_secs` ahead of real-time playback — so
   the client's queue stays short and an interruption drops the rest here, server-side (pipecat's
@@ -33,11 +34,12 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
 from diffvoice.voice.transport.stale_audio import StaleAudioGuard
+from diffvoice.voice.transport.vad_aligned import VadAlignedInput
 
 SendAudio = Callable[[bytes], Awaitable[bool]]
 
 
-class BrowserInputTransport(BaseInputTransport):
+class BrowserInputTransport(VadAlignedInput, BaseInputTransport):
     def __init__(self, params: TransportParams, **kwargs) -> None:
         super().__init__(params, **kwargs)
         self.ready = asyncio.Event()

@@ -1,0 +1,83 @@
+"""Caller audio reaches the pipeline in whole 32 ms VAD windows (voice.transport.vad_aligned):
+fewer frames on the event loop, no audio lost or reordered, every window handed on as soon as
+the wire frame completing it arrives, and the VAD's decisions unchanged."""
+
+import numpy as np
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADState
+from pipecat.frames.frames import InputAudioRawFrame
+
+from diffvoice.voice.transport.vad_aligned import VadAlignedInput
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.pushed: list[InputAudioRawFrame] = []
+
+    async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
+        self.pushed.append(frame)
+
+
+class _Aligned(VadAlignedInput, _Recorder):
+    pass
+
+
+def _frame(pcm: bytes, rate=16000) -> InputAudioRawFrame:
+    return InputAudioRawFrame(audio=pcm, sample_rate=rate, num_channels=1)
+
+
+async def test_random_pieces_come_out_as_whole_windows_in_order():
+    rng = np.random.default_rng(0)
+    for rate in (16000, 8000):
+        window = int(rate * 0.032) * 2
+        sink = _Aligned()
+        sent = bytearray()
+        for _ in range(300):
+            piece = rng.integers(-3000, 3000, int(rng.integers(1, 900)), dtype=np.int16).tobytes()
+            sent += piece
+            before = len(sink.pushed)
+            await sink.push_audio_frame(_frame(piece, rate))
+            out = b"".join(f.audio for f in sink.pushed)
+            # everything whole is handed on at once; only a partial window waits
+            assert len(out) == len(sent) // window * window
+            assert out == bytes(sent[:len(out)])
+            assert all(len(f.audio) % window == 0 and f.sample_rate == rate
+                       for f in sink.pushed[before:])
+
+
+async def test_twenty_ms_frames_become_fewer_frames():
+    sink = _Aligned()
+    for _ in range(400):  # 8 s of 20 ms frames
+        await sink.push_audio_frame(_frame(b"\x01\x00" * 320))
+    assert len(sink.pushed) == 250  # 8 s / 32 ms, instead of 400
+
+
+async def test_a_format_change_flushes_the_partial_window_first():
+    sink = _Aligned()
+    await sink.push_audio_frame(_frame(b"\x01\x00" * 300, 16000))
+    await sink.push_audio_frame(_frame(b"\x02\x00" * 256, 8000))
+    assert [(len(f.audio), f.sample_rate) for f in sink.pushed] == [(600, 16000), (512, 8000)]
+
+
+async def test_vad_states_per_window_are_the_same_as_with_wire_frames(speech):
+    pcm = speech("what time do you open on saturday", lead_silence=0.4, tail_silence=0.8) * 2
+    wire = [pcm[i:i + 640] for i in range(0, len(pcm), 640)]
+
+    async def states_at_windows(frames):
+        vad = SileroVADAnalyzer()
+        vad.set_sample_rate(16000)
+        got, fed = {}, 0
+        for f in frames:
+            state = await vad.analyze_audio(f)
+            fed += len(f)
+            got[fed // 1024] = state  # the state once this many whole windows were analysed
+        return got
+
+    sink = _Aligned()
+    for f in wire:
+        await sink.push_audio_frame(_frame(f))
+    direct = await states_at_windows(wire)
+    aligned = await states_at_windows([f.audio for f in sink.pushed])
+    assert len(aligned) > 100 and set(aligned) <= set(direct)
+    assert all(direct[w] == s for w, s in aligned.items())
+    assert VADState.SPEAKING in aligned.values() and VADState.QUIET in aligned.values()
