@@ -35,8 +35,8 @@ from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from diffvoice.voice import malloc_tune
-from diffvoice.voice.call_limits import CallWatchdog
 from diffvoice.voice.access import origin_allowed, ws_credential_ok
+from diffvoice.voice.call_limits import CallWatchdog
 from diffvoice.voice.pipeline import build_pipeline
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.browser import BrowserTransport
