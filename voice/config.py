@@ -1,5 +1,8 @@
 """`ServeConfig`: every setting of `diffvoice serve`, one frozen dataclass that validates itself.
 
+The per-client limits, keepalive and loop diagnostics fields live in its base class
+(voice.session_limits.SessionLimits); `--help` lists them first.
+
 Sources, lowest precedence first: field defaults < config file (YAML or JSON object, `--config`)
 < environment `DIFFVOICE_<FIELD>` (upper-case field name; `TWILIO_AUTH_TOKEN` also fills
 `twilio_auth_token`) < command-line flags. Flags map 1:1 onto fields (`--stop-secs` ->
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from diffvoice.engine.assets import default_model_dir, web_dir
+from diffvoice.voice.session_limits import SessionLimits, _help, _split_csv
 from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
 
 DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
@@ -41,12 +45,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-def _help(text: str, **extra: Any) -> dict[str, Any]:
-    return {"help": text, **extra}
-
-
 @dataclass(frozen=True)
-class ServeConfig:
+class ServeConfig(SessionLimits):
     host: str = field(default="127.0.0.1", metadata=_help("interface to listen on"))
     port: int = field(default=8000, metadata=_help("TCP port (0 picks a free one)"))
     model: str = field(
@@ -197,67 +197,6 @@ class ServeConfig:
         ),
     )
 
-    # --- limits that keep one client from hurting the others (issue 12) ---
-    idle_timeout_s: float = field(
-        default=30.0,
-        metadata=_help("close a call after this many seconds without caller audio (idle_timeout)"),
-    )
-    max_call_s: float = field(
-        default=3600.0, metadata=_help("close a call after this many seconds (max_duration)")
-    )
-    max_sessions_per_ip: int = field(
-        default=8, metadata=_help("concurrent /ws sessions one client IP may hold; more get 1013")
-    )
-    handshake_timeout_s: float = field(
-        default=10.0,
-        metadata=_help(
-            "seconds a new /ws or Twilio stream socket may take to send its first message "
-            "(/ws) or 'start' (Twilio) before it is closed"
-        ),
-    )
-    max_body_bytes: int = field(
-        default=1 << 20, metadata=_help("largest HTTP request body (e.g. /v1); larger get 413")
-    )
-    max_form_bytes: int = field(
-        default=64 << 10, metadata=_help("largest Twilio webhook form body; larger get 413")
-    )
-    allowed_origins: tuple[str, ...] = field(
-        default=(),
-        metadata=_help(
-            "comma-separated extra Origins allowed to open /ws (the page's own origin and "
-            "http(s)://localhost / 127.0.0.1 / [::1] on any port are always allowed; '*' allows "
-            "any)"
-        ),
-    )
-    malloc_arena_max: int = field(
-        default=4,
-        metadata=_help("glibc malloc arenas (MALLOC_ARENA_MAX); freed memory is also trimmed "
-                       "back to the OS when calls end. 0 leaves glibc's defaults"),
-    )
-    public_metrics: bool = field(
-        default=False,
-        metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
-    )
-
-    # --- WebSocket keepalive (voice.transport.keepalive) ---
-    ws_ping_interval_s: float = field(
-        default=20.0,
-        metadata=_help("seconds between the server's WebSocket keepalive pings on /ws and "
-                       "Twilio streams (keeps proxies and NATs from dropping quiet calls); "
-                       "0 sends none"),
-    )
-    ws_ping_timeout_s: float = field(
-        default=20.0,
-        metadata=_help("close a WebSocket (1008 keepalive_timeout) when nothing at all, pong or "
-                       "data, came from the peer this many seconds after a ping; a peer that "
-                       "keeps sending is never closed for a late pong. 0: never"),
-    )
-    loop_stall_log_ms: float = field(
-        default=0.0,
-        metadata=_help("diagnostics: log the stack that held the event loop whenever it is "
-                       "this many ms late (voice.loop_watchdog); 0: off"),
-    )
-
     def __post_init__(self) -> None:
         if self.receptionist_tools not in RECEPTIONIST_TOOLS:
             raise ValueError(
@@ -326,31 +265,6 @@ class ServeConfig:
         if self.served_model_name is not None and not _split_csv(self.served_model_name):
             raise ValueError("served_model_name must name at least one model, got "
                              f"{self.served_model_name!r}")
-
-    def _check_limits(self) -> None:
-        for name in ("idle_timeout_s", "max_call_s", "handshake_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a number > 0, got {value!r}")
-        if isinstance(self.malloc_arena_max, bool) or not isinstance(self.malloc_arena_max, int) \
-                or self.malloc_arena_max < 0:
-            raise ValueError(f"malloc_arena_max must be an integer >= 0, got "
-                             f"{self.malloc_arena_max!r}")
-        for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")
-        if isinstance(self.allowed_origins, str):
-            object.__setattr__(self, "allowed_origins", _split_csv(self.allowed_origins))
-        for origin in self.allowed_origins:
-            if origin != "*" and not origin.startswith(("http://", "https://")):
-                raise ValueError(
-                    f"allowed_origins entries must be '*' or start with http(s)://, got {origin!r}"
-                )
 
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)
@@ -429,10 +343,6 @@ def _field_type(f) -> type:
     if origin is tuple:
         return tuple
     return hint
-
-
-def _split_csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _parse(name: str, kind: type, raw: str) -> Any:

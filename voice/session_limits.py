@@ -1,0 +1,109 @@
+"""`SessionLimits`: the fields of ServeConfig that keep one client from hurting the others.
+
+Per-call limits (idle timeout, longest call, per-IP sessions, handshake timeout), request body
+caps, the /ws Origin allow-list, malloc tuning, /metrics exposure, WebSocket keepalive and the
+event-loop stall log (issue 12). A frozen dataclass base of voice.config.ServeConfig, which
+calls `_check_limits()` from its `__post_init__`; every field is a `diffvoice serve` flag
+(`--idle-timeout-s` -> `idle_timeout_s`) like ServeConfig's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+def _split_csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    idle_timeout_s: float = field(
+        default=30.0,
+        metadata=_help("close a call after this many seconds without caller audio (idle_timeout)"),
+    )
+    max_call_s: float = field(
+        default=3600.0, metadata=_help("close a call after this many seconds (max_duration)")
+    )
+    max_sessions_per_ip: int = field(
+        default=8, metadata=_help("concurrent /ws sessions one client IP may hold; more get 1013")
+    )
+    handshake_timeout_s: float = field(
+        default=10.0,
+        metadata=_help(
+            "seconds a new /ws or Twilio stream socket may take to send its first message "
+            "(/ws) or 'start' (Twilio) before it is closed"
+        ),
+    )
+    max_body_bytes: int = field(
+        default=1 << 20, metadata=_help("largest HTTP request body (e.g. /v1); larger get 413")
+    )
+    max_form_bytes: int = field(
+        default=64 << 10, metadata=_help("largest Twilio webhook form body; larger get 413")
+    )
+    allowed_origins: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "comma-separated extra Origins allowed to open /ws (the page's own origin and "
+            "http(s)://localhost / 127.0.0.1 / [::1] on any port are always allowed; '*' allows "
+            "any)"
+        ),
+    )
+    malloc_arena_max: int = field(
+        default=4,
+        metadata=_help("glibc malloc arenas (MALLOC_ARENA_MAX); freed memory is also trimmed "
+                       "back to the OS when calls end. 0 leaves glibc's defaults"),
+    )
+    public_metrics: bool = field(
+        default=False,
+        metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
+    )
+
+    # --- WebSocket keepalive (voice.transport.keepalive) ---
+    ws_ping_interval_s: float = field(
+        default=20.0,
+        metadata=_help("seconds between the server's WebSocket keepalive pings on /ws and "
+                       "Twilio streams (keeps proxies and NATs from dropping quiet calls); "
+                       "0 sends none"),
+    )
+    ws_ping_timeout_s: float = field(
+        default=20.0,
+        metadata=_help("close a WebSocket (1008 keepalive_timeout) when nothing at all, pong or "
+                       "data, came from the peer this many seconds after a ping; a peer that "
+                       "keeps sending is never closed for a late pong. 0: never"),
+    )
+    loop_stall_log_ms: float = field(
+        default=0.0,
+        metadata=_help("diagnostics: log the stack that held the event loop whenever it is "
+                       "this many ms late (voice.loop_watchdog); 0: off"),
+    )
+
+    def _check_limits(self) -> None:
+        for name in ("idle_timeout_s", "max_call_s", "handshake_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if isinstance(self.malloc_arena_max, bool) or not isinstance(self.malloc_arena_max, int) \
+                or self.malloc_arena_max < 0:
+            raise ValueError(f"malloc_arena_max must be an integer >= 0, got "
+                             f"{self.malloc_arena_max!r}")
+        for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")
+        if isinstance(self.allowed_origins, str):
+            object.__setattr__(self, "allowed_origins", _split_csv(self.allowed_origins))
+        for origin in self.allowed_origins:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"allowed_origins entries must be '*' or start with http(s)://, got {origin!r}"
+                )
