@@ -10,7 +10,9 @@ Contract:
   appointment book in a temporary directory), runs the parts
   in order, each under a time bound, and returns {"parts": {name: result}, "server": {...}}. A
   part that raises is recorded as a failed check, never hidden. The server log is scanned for
-  tracebacks, "Task was destroyed but it is pending" and pipeline-shutdown timeouts.
+  tracebacks, "Task was destroyed but it is pending" and pipeline-shutdown timeouts; it is kept
+  (its `path` in "server_log") when a check failed or the server exited early
+  (`server_exit_code`).
 - `write(results, out)`: merges into `<out>.json` (parts run earlier are kept) and renders the
   markdown `out` (latency_bench.reliability.report).
 """
@@ -132,8 +134,16 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
             out["parts"][name] = await _part(name, ctx, scale)
             load[f"after_{name}"] = [round(x, 2) for x in os.getloadavg()]
         log = server.log_path.read_text(errors="replace") if server.log_path else ""
+        died = server.process.poll() if server.process is not None else None
+        kept = {}
+        if died is not None or any(not c["ok"] for part in out["parts"].values()
+                                   for c in part.get("checks", [])):
+            server.keep_log()  # kept for the post-mortem
+            kept["path"] = str(server.log_path)
+        if died is not None:  # the server exited during the run (negative: killed by a signal)
+            kept["server_exit_code"] = died
     book_dir.cleanup()
-    out["server_log"] = scan_log(log)
+    out["server_log"] = {**scan_log(log), **kept}
     out["load_average"] = load  # 1/5/15-min load of this 2-core machine (other work included)
     return out
 
