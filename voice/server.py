@@ -97,6 +97,9 @@ def create_app(state: AppState) -> FastAPI:
 
             watchdog = LoopWatchdog(asyncio.get_running_loop(),
                                     config.loop_stall_log_ms / 1000.0).start()
+        from diffvoice.voice import task_dump
+
+        task_dump.install(asyncio.get_running_loop())  # kill -USR1: where every task waits
         if not config.api_only:
             _warm_up_call_path()
             web_dir = Path(config.web_dir)

@@ -66,6 +66,22 @@ class OtherFlows:
             return f"Your {day} appointment is cancelled."
         return f"Sorry, I couldn't find an appointment on {day} under that name."
 
+    def result_reply(self, name: str, args: dict, result: dict) -> str | None:
+        """The reply the model is trained to give after `name(args)` returned `result`, or None
+        when the call or the result is not one of the flows' shapes."""
+        try:
+            if "error" in result:
+                return self.error_reply()
+            if name == "book_appointment" and "booked" in result:
+                return self.book_result_reply(args, result)
+            if name == "check_availability" and "available" in result:
+                return self.avail_result_reply(args, result)
+            if name == "cancel_appointment" and "cancelled" in result:
+                return self.cancel_result_reply(args, result)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return None
+        return None
+
     # ------------------------------------------------------------------ availability
     def _availability(self, rng, split):
         service, day = rng.choice(list(self.services)), rng.choice(self.open_days)

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model dir (default: the embedded one)")
     parser.add_argument("--corpus-cache", default="~/.cache/diffvoice/bench-corpus",
                         help="where the espeak-ng prompts are cached")
+    parser.add_argument("--soak-callers", type=int, default=None,
+                        help="soak: concurrent callers instead of the scale's (32 full, 2 short); "
+                        "to find what a machine sustains")
+    parser.add_argument("--soak-s", type=float, default=None,
+                        help="soak: seconds after the warm-up instead of the scale's")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +52,16 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"diffvoice bench reliability: unknown parts {sorted(unknown)}", file=sys.stderr)
         return 2
-    scale = SCALES[args.scale]
+    scale = dict(SCALES[args.scale])
+    for key in ("soak_callers", "soak_s"):
+        value = getattr(args, key, None)
+        if value is not None:
+            if value <= 0 or (key == "soak_callers" and value % 2):
+                print(f"diffvoice bench reliability: --{key.replace('_', '-')} must be "
+                      f"{'an even number' if key == 'soak_callers' else 'a number'} > 0",
+                      file=sys.stderr)
+                return 2
+            scale[key] = value
     try:
         prompts = default_corpus(Path(args.corpus_cache).expanduser(),
                                  voices=("en-us", "en-us+f3"), speeds=(175,))
@@ -56,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     model = args.model or str(DEFAULT_MODEL_DIR)
     results = asyncio.run(run_parts(parts, scale, prompts, model))
+    extra = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("soak_callers", "soak_s")
+             if getattr(args, k, None) is not None]
     command = shlex.join(["diffvoice", "bench", "reliability", f"--{args.scale}", "--parts",
-                          ",".join(parts), "--out", str(args.out)])
+                          ",".join(parts), *extra, "--out", str(args.out)])
     merged = write(results, args.out, command, machine_info())
     failed = [(name, c) for name in parts for c in merged["parts"][name]["checks"]
               if not c["ok"]]

@@ -16,7 +16,12 @@ The same rule as `eval-model` (engine.train.clarify.guard), applied to a stream 
   * the first-block test only for requests the threshold is calibrated for
     (`ClarifyGuard.calibrated(params)`: "fast" decoding, which every tool-carrying request uses);
   * tool calls pass unchanged (a constrained call is well-formed by construction), and so do
-    replies whose request carried no text (errors, aborts).
+    replies whose request carried no text (errors, aborts);
+  * after a tool result (`wrap(..., messages=...)` whose last message is a `tool` message
+    answering an assistant tool call) the replacement is not the generic question but the reply
+    the model is trained to give for that call and result (the training flows' own sentence:
+    "You're booked for a cleaning on Friday at 10 AM.", engine.train.dialogue_flows
+    `result_reply`), so an unsure confirmation is still the right one, not a non-sequitur.
 A clarified delta is the last one: text CLARIFY, finished, finish_reason "stop",
 `clarified=True` set on the guard's `last` record. `clarify_guard_for` builds a guard from
 ServeConfig: clarify "off" -> None; "auto" -> a guard when the model directory has a facts.yaml
@@ -27,6 +32,7 @@ Knows nothing about pipecat or HTTP.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -40,13 +46,15 @@ CLARIFY_MODES = ("auto", "on", "off")
 class ClarifyRecord:
     clarified: bool = False
     reason: str | None = None            # "first_block" | "not_well_formed"
+    question: str | None = None          # what replaced the reply (CLARIFY or a result reply)
     first_block_confidence: float | None = None
 
 
 class ClarifyGuard:
     def __init__(self, threshold: float = DEFAULT_THRESHOLD,
                  is_well_formed: Callable[[str], bool] | None = None,
-                 whole_reply: bool = True, question: str = CLARIFY) -> None:
+                 whole_reply: bool = True, question: str = CLARIFY,
+                 result_reply: Callable[[str, dict, dict], str | None] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"clarify_below must be in [0, 1], got {threshold}")
         if whole_reply and is_well_formed is None:
@@ -55,10 +63,30 @@ class ClarifyGuard:
         self.is_well_formed = is_well_formed
         self.whole_reply = whole_reply
         self.question = question
+        self.result_reply = result_reply
 
-    def _clarified(self, delta, record: ClarifyRecord, reason: str):
-        record.clarified, record.reason = True, reason
-        return dataclasses.replace(delta, text=self.question, finished=True,
+    def question_for(self, messages: list[dict] | None) -> str:
+        """The replacement for an unsure reply to `messages`: after a tool result, the reply
+        the model is trained to give for that result; otherwise the clarifying question."""
+        if self.result_reply is None or not messages or messages[-1].get("role") != "tool":
+            return self.question
+        call = next((m for m in reversed(messages[:-1]) if m.get("role") == "assistant"
+                     and m.get("tool_calls")), None)
+        try:
+            function = call["tool_calls"][-1]["function"]
+            args = function.get("arguments")
+            args = json.loads(args) if isinstance(args, str) else args
+            content = messages[-1].get("content")
+            result = json.loads(content) if isinstance(content, str) else content
+            reply = self.result_reply(function["name"], args, result) \
+                if isinstance(args, dict) and isinstance(result, dict) else None
+        except (TypeError, KeyError, IndexError, ValueError):
+            reply = None
+        return reply or self.question
+
+    def _clarified(self, delta, record: ClarifyRecord, reason: str, question: str):
+        record.clarified, record.reason, record.question = True, reason, question
+        return dataclasses.replace(delta, text=question, finished=True,
                                    finish_reason="stop", tool_call=None)
 
     @staticmethod
@@ -72,10 +100,13 @@ class ClarifyGuard:
 
     async def wrap(self, deltas: AsyncIterator[Any], abort: Callable[[], None],
                    record: ClarifyRecord | None = None,
-                   first_block: bool = True) -> AsyncIterator[Any]:
+                   first_block: bool = True,
+                   messages: list[dict] | None = None) -> AsyncIterator[Any]:
         """The engine's deltas, guarded (see the module docstring); `first_block=False` skips
-        the confidence test (see `calibrated`)."""
+        the confidence test (see `calibrated`); `messages` (the request's) choose the
+        replacement (`question_for`)."""
         record = record if record is not None else ClarifyRecord()
+        question = self.question_for(messages)
         held: list = []
         checked = not first_block
         async for delta in deltas:
@@ -86,7 +117,7 @@ class ClarifyGuard:
                 if conf < self.threshold and getattr(delta, "tool_call", None) is None:
                     if not delta.finished:
                         abort()
-                    yield self._clarified(delta, record, "first_block")
+                    yield self._clarified(delta, record, "first_block", question)
                     return
             if getattr(delta, "tool_call", None) is not None or not self.whole_reply:
                 for d in held:  # nothing is held back once a call (or streaming) is certain
@@ -100,7 +131,7 @@ class ClarifyGuard:
             text = "".join(d.text for d in held).strip()
             if text and delta.finish_reason in ("stop", "length") \
                     and not self.is_well_formed(text):
-                yield self._clarified(delta, record, "not_well_formed")
+                yield self._clarified(delta, record, "not_well_formed", question)
                 return
             merged = dataclasses.replace(delta, text="".join(d.text for d in held))
             held = []
@@ -131,7 +162,8 @@ def clarify_guard_for(config, warnings: list[str] | None = None) -> ClarifyGuard
         if warnings is not None:
             warnings.append(f"clarify guard disabled: {exc}")
         return None
-    return ClarifyGuard(config.clarify_below, gen.is_well_formed, config.clarify_whole_reply)
+    return ClarifyGuard(config.clarify_below, gen.is_well_formed, config.clarify_whole_reply,
+                        result_reply=gen.dialogues.result_reply)
 
 
 def guard_of(state) -> ClarifyGuard | None:

@@ -7,6 +7,7 @@ well-formed is caught in whole-reply mode."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -70,6 +71,50 @@ async def test_guard_on_deltas():
     assert out == call and not rec.clarified
     with pytest.raises(ValueError, match="clarify_below"):
         ClarifyGuard(1.5, WELL_FORMED)
+
+
+def _after(name, args, result):
+    return [{"role": "user", "content": "book me a cleaning friday at ten, ann lee"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(args)}}]},
+            {"role": "tool", "tool_call_id": "c0", "content": json.dumps(result)}]
+
+
+async def test_after_a_tool_result_an_unsure_reply_becomes_the_trained_result_reply():
+    """After a tool result the replacement is the sentence the training flows give for that
+    call and result (not the generic question, a non-sequitur after a booking); anything the
+    flows do not know falls back to the question."""
+    if not HAS_MODEL:
+        pytest.skip("models/receptionist-tiny not present")
+    guard = clarify_guard_for(_Config())
+    args = {"service": "cleanings", "day": "friday", "time": "10:00", "name": "Ann Lee"}
+    flows = guard.result_reply.__self__
+    cases = [
+        (_after("book_appointment", args, {"booked": True}),
+         flows.book_result_reply(args, {"booked": True})),
+        (_after("book_appointment", args, {"booked": False, "alternatives": ["10:30"]}),
+         flows.book_result_reply(args, {"booked": False, "alternatives": ["10:30"]})),
+        (_after("check_availability", {"service": "cleanings", "day": "friday", "time": None},
+                {"available": ["09:00", "09:30"]}), None),
+        (_after("cancel_appointment", {"name": "Ann Lee", "day": "friday"}, {"cancelled": True}),
+         "Your Friday appointment is cancelled."),
+        (_after("book_appointment", args, {"error": "calendar unavailable"}), flows.error_reply()),
+        (_after("book_appointment", {"day": "friday"}, {"booked": True}), CLARIFY),  # no time
+        (_after("unknown_tool", args, {"booked": True}), CLARIFY),
+        ([{"role": "user", "content": "hi"}], CLARIFY),
+        (_after("book_appointment", args, {"booked": True})[:2]
+         + [{"role": "tool", "content": "not json"}], CLARIFY),
+    ]
+    for messages, want in cases:
+        out, aborted, rec = await _collect(guard, _deltas(["Sorryh we ", "book would?"], 0.2),
+                                           messages=messages)
+        text = out[-1].text
+        assert rec.clarified and rec.question == text and aborted == [1]
+        if want is None:  # availability: the flows' own sentence, naming the free times
+            assert text != CLARIFY and "9" in text and flows.is_flow_reply(text)
+        else:
+            assert text == want
+    assert "booked" in cases[0][1] and "10" in cases[0][1]
 
 
 @dataclass(frozen=True)
