@@ -7,7 +7,8 @@ its own process (so server and load client do not share a GIL or an event loop),
 GET /healthz answers 200, and exposes `server.base_url` ("http://127.0.0.1:P"),
 `server.ws_url(path)` and `server.log_path`. If the process exits or does not become healthy
 in time, `ServerStartError` carries the tail of its log. On exit the process gets SIGTERM,
-then SIGKILL after 20 s; the log file is kept only if the run failed.
+then SIGKILL after 20 s; the log file is kept only if the run failed (or `keep_log()` was
+called).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ class LocalServer:
             time.sleep(0.5)
         raise ServerStartError(f"`diffvoice serve` not healthy after {self.start_timeout_s:.0f}"
                                f" s; log {self.log_path}:\n{self.log_tail()}")
+
+    def keep_log(self) -> None:
+        """Keep the log file after the run (a caller's run failed without an exception here)."""
+        self._failed = True
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.process is not None and self.process.poll() is None:

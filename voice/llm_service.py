@@ -17,7 +17,9 @@ Contract:
   (handlers registered with `register_function`, `FunctionCallParams`); pipecat's context
   aggregator stores the call and its result and re-prompts this service, which then speaks the
   outcome (after `tool_calls_per_turn` results in one user turn, tool_choice is "none", so a
-  turn never loops on calls). Barge-in during a call follows `cancel_on_interruption`;
+  turn never loops on calls). Barge-in during a call follows `cancel_on_interruption`.
+  `last_answer.tool_call` names the call an answer made and `last_answer.after_tool` says an
+  answer is a call's re-prompt (the turn tracker counts both as one answer);
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
 * clarify guard (`clarify=` a voice.receptionist.clarify.ClarifyGuard): an answer whose first
   block the engine committed unsure, or (whole-reply mode) that is not well-formed, is replaced
@@ -109,6 +111,8 @@ class AnswerInfo:
     def __init__(self, turn: Any = None) -> None:
         self.turn = turn  # voice.drafting.TurnDrafts, or None when drafts are off
         self.passes = 0
+        self.tool_call: str | None = None  # the tool this answer called (set before its end)
+        self.after_tool = False  # the context ends with a tool result: the call's re-prompt
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"answer_passes": self.passes}
@@ -252,6 +256,8 @@ class DiffusionLLMService(LLMService):
             draft = None
         answer = self.last_answer = AnswerInfo(
             self.drafts.last_turn if self.drafts is not None else None)
+        last = context.get_messages()[-1:]
+        answer.after_tool = bool(last) and last[0].get("role") == "tool"
         if draft is not None:
             request_id = draft.request_id
         await self.push_frame(LLMFullResponseStartFrame())
@@ -300,6 +306,7 @@ class DiffusionLLMService(LLMService):
                         f"{delta.completion_tokens} tokens in {time.perf_counter() - started:.3f}s"
                     )
             if call is not None:  # pipecat runs the handler; its result re-prompts us
+                answer.tool_call = call["name"]  # the turn tracker keeps the turn open
                 await self.run_function_calls([FunctionCallFromLLM(
                     context=context, tool_call_id=f"call_{uuid.uuid4().hex[:24]}",
                     function_name=call["name"], arguments=json.loads(call["arguments"]))])

@@ -19,7 +19,10 @@ None, never assumed. Each record also says whether the answer came from an eager
 that were thrown away (`extra_passes`), and whether the answer's first text was ready when the
 turn ended (`answer_ready`), from `turn_info()` (voice.llm_service); `user_turn_ends` counts the
 user turns that ended since the previous answer began (2 or more: a turn was cut in two and the
-first part's answer never reached the caller). `playback.flush`
+first part's answer never reached the caller). An answer that calls a tool (and says nothing)
+does not end its turn: the tool result's re-prompt is the same turn (`tool_calls` counts the
+calls; one record per answer the caller hears, timed from the caller's end of speech to the
+outcome). `playback.flush`
 is sent at an interruption only while bot audio may still be playing at the client (the bot is
 speaking, or audio sent recently is not yet played out).
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
@@ -78,6 +81,9 @@ class _Turn:
     bot_text: str = ""
     llm_done: bool = False
     reported: bool = False
+    tool_calls: int = 0
+    tool_pending: bool = False  # an answer called a tool: its re-prompt continues this turn
+    answers: list = field(default_factory=list)  # AnswerInfo of each engine answer of the turn
 
 
 class TurnTracker:
@@ -153,6 +159,13 @@ class TurnTracker:
 
     async def _on_llm(self, frame: Frame, now: float) -> None:
         if isinstance(frame, LLMFullResponseStartFrame):
+            info = self._turn_info() if self._turn_info is not None else None
+            if self._turn is not None and self._turn.tool_pending and getattr(
+                    info, "after_tool", False):
+                self._turn.tool_pending = False  # the tool's result re-prompted: same turn
+                self._turn.llm_done = False
+                self._turn.answers.append(info)
+                return
             await self._finish(interrupted=False)
             self._turns += 1
             self._turn = _Turn(
@@ -162,8 +175,9 @@ class TurnTracker:
                 user_text=" ".join(self._user_text),
                 speech_end_t=self._speech_end_t,
                 turn_end_t=self._turn_end_t,
-                draft_info=self._turn_info() if self._turn_info is not None else None,
+                draft_info=info,
                 user_turn_ends=self._turn_ends,
+                answers=[info] if info is not None else [],
             )
             self._turn_ends = 0
             self._vad_stop_t = self._transcript_t = None
@@ -176,8 +190,13 @@ class TurnTracker:
                 self._turn.bot_text += frame.text
                 await self._send(protocol.BotText(text=frame.text))
         elif isinstance(frame, LLMFullResponseEndFrame) and self._turn is not None:
-            self._turn.llm_done = True
-            if not self._turn.bot_text.strip():
+            turn = self._turn
+            turn.llm_done = True
+            answer = turn.answers[-1] if turn.answers else None
+            if getattr(answer, "tool_call", None) and not turn.tool_pending:
+                turn.tool_calls += 1  # its result comes back as a re-prompt
+                turn.tool_pending = True
+            elif not turn.bot_text.strip():
                 await self._finish(interrupted=False)
 
     async def _on_out(self, frame: Frame, now: float) -> None:
@@ -196,6 +215,8 @@ class TurnTracker:
             self._bot_speaking = False
             await self._send(protocol.BotStoppedSpeaking())
         elif isinstance(frame, InterruptionFrame):
+            if self._turn is not None:
+                self._turn.tool_pending = False  # a re-prompt after a barge-in is a new turn
             audible = self._bot_speaking or now < self._playing_until
             if self._audio_since_flush and audible:
                 self._audio_since_flush = False
@@ -242,7 +263,9 @@ class TurnTracker:
             draft_hit=info.get("draft_hit"),
             drafts=info.get("drafts"),
             extra_passes=info.get("extra_passes"),
-            answer_passes=info.get("answer_passes"),
+            answer_passes=(sum(a.passes for a in turn.answers) if len(turn.answers) > 1
+                           else info.get("answer_passes")),
+            tool_calls=turn.tool_calls,
             user_turn_ends=turn.user_turn_ends,
             answer_ready=None if info.get("draft_hit") is None else bool(
                 info.get("draft_ready_t") and turn_end_t and info["draft_ready_t"] <= turn_end_t),

@@ -6,10 +6,13 @@ Contract:
 - `server_args(scale)`: the serve flags the harness server runs with (its limits are part of the
   report).
 - `await run_parts(parts, scale, prompts) -> dict`: starts one LocalServer (pocketsphinx ASR,
-  the embedded model, Twilio on with a random token, --public-url its own URL), runs the parts
+  the embedded model, Twilio on with a random token, --public-url its own URL, the receptionist's
+  appointment book in a temporary directory), runs the parts
   in order, each under a time bound, and returns {"parts": {name: result}, "server": {...}}. A
   part that raises is recorded as a failed check, never hidden. The server log is scanned for
-  tracebacks, "Task was destroyed but it is pending" and pipeline-shutdown timeouts.
+  tracebacks, "Task was destroyed but it is pending" and pipeline-shutdown timeouts; it is kept
+  (its `path` in "server_log") when a check failed or the server exited early
+  (`server_exit_code`).
 - `write(results, out)`: merges into `<out>.json` (parts run earlier are kept) and renders the
   markdown `out` (latency_bench.reliability.report).
 """
@@ -21,6 +24,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -111,9 +115,12 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
     from diffvoice.latency_bench.server_proc import LocalServer
 
     token = secrets.token_hex(16)
+    book_dir = tempfile.TemporaryDirectory(prefix="diffvoice-reliability-book-")
     server = LocalServer(server_args(scale, model), start_timeout_s=600,
                          env={"TWILIO_AUTH_TOKEN": token})
-    server.extra_args += ["--public-url", server.base_url]
+    # the calls' tool calls book into a throw-away appointment book, not the model directory's
+    server.extra_args += ["--public-url", server.base_url,
+                          "--appointments-db", str(Path(book_dir.name) / "appointments.sqlite3")]
     out: dict[str, Any] = {"parts": {}, "scale": scale["name"],
                            "server_args": " ".join(server.extra_args)}
     load = {"start": [round(x, 2) for x in os.getloadavg()]}
@@ -127,7 +134,16 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
             out["parts"][name] = await _part(name, ctx, scale)
             load[f"after_{name}"] = [round(x, 2) for x in os.getloadavg()]
         log = server.log_path.read_text(errors="replace") if server.log_path else ""
-    out["server_log"] = scan_log(log)
+        died = server.process.poll() if server.process is not None else None
+        kept = {}
+        if died is not None or any(not c["ok"] for part in out["parts"].values()
+                                   for c in part.get("checks", [])):
+            server.keep_log()  # kept for the post-mortem
+            kept["path"] = str(server.log_path)
+        if died is not None:  # the server exited during the run (negative: killed by a signal)
+            kept["server_exit_code"] = died
+    book_dir.cleanup()
+    out["server_log"] = {**scan_log(log), **kept}
     out["load_average"] = load  # 1/5/15-min load of this 2-core machine (other work included)
     return out
 

@@ -9,7 +9,8 @@ engine passes counter and polls until those of them still in flight (the interru
 gone, recording how many passes that took. Checks: every barge-in got a
 flush; the interrupted request was gone within one engine pass of the flush being seen; no bot
 audio between a flush and the next final transcript (stale audio); never two answers to one user
-turn (latency `turn` numbers unique, at most one bot.started_speaking per final transcript).
+turn (latency `turn` numbers unique, and every answer follows a user turn that ended since the
+previous answer began: `user_turn_ends` >= 1; see `_audit`).
 The driver is built from the load client's own parts (browser_client's prompt streaming, Pacer).
 """
 
@@ -143,30 +144,41 @@ async def _storm_call(ctx: Ctx, rng: random.Random, cycles: int, out: dict) -> N
     out["sessions"].append(s)
 
 
-def _audit(s: _Session) -> tuple[int, int, int]:
-    """(stale audio frames, duplicate latency turns, final transcripts with > 1 answer).
+def _audit(s: _Session) -> tuple[int, int, int, int, list[dict]]:
+    """(stale audio frames, duplicate latency turns, answers without a user turn, answers to a
+    user turn without words, examples of the last two).
 
-    One answer = one `latency` event (the server sends exactly one per bot turn), so a final
-    transcript followed by two latency events before the next one was answered twice. (Counting
-    bot.started_speaking would not do: a starved TTS pauses between clauses, and the bot then
-    starts speaking twice within one answer.)"""
+    One answer = one `latency` event (the server sends exactly one per answer the caller hears;
+    a tool call and its re-prompt are one answer, voice.turn_tracker). An answer is a double when
+    no user turn ended since the previous answer began (`user_turn_ends` == 0): the pipeline
+    answered one turn twice. Answers are not counted per final transcript: a user turn can end
+    without one (speech the ASR did not recognise; pipecat's empty-turn recovery then asks the
+    caller to repeat), and its answer would look like a second answer to the previous
+    transcript. Those are counted apart, not failed. (Counting bot.started_speaking would not
+    do: a starved TTS pauses between clauses, and the bot then starts speaking twice within one
+    answer.)"""
     stale, flushed = 0, False
-    answers_since_final, doubles = 0, 0
+    doubles, wordless = 0, 0
+    examples: list[dict] = []
     turns = Counter()
     for _, e in s.events:
         if isinstance(e, protocol.PlaybackFlush):
             flushed = True
         elif isinstance(e, protocol.Transcript) and e.final:
             flushed = False
-            doubles += answers_since_final > 1
-            answers_since_final = 0
         elif isinstance(e, protocol.Latency):
             turns[e.turn] += 1
-            answers_since_final += 1
+            double = e.user_turn_ends == 0
+            doubles += double
+            wordless += not double and not e.user_text.strip()
+            if (double or not e.user_text.strip()) and len(examples) < 5:
+                examples.append({"session": s.session_id, "turn": e.turn,
+                                 "double": double, "user_turn_ends": e.user_turn_ends,
+                                 "user_text": e.user_text, "bot_text": e.bot_text[:80],
+                                 "tool_calls": e.tool_calls})
         elif e == "audio" and flushed:
             stale += 1
-    doubles += answers_since_final > 1
-    return stale, sum(v - 1 for v in turns.values() if v > 1), doubles
+    return stale, sum(v - 1 for v in turns.values() if v > 1), doubles, wordless, examples
 
 
 async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
@@ -183,6 +195,8 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     stale = sum(a[0] for a in audits)
     dup_turns = sum(a[1] for a in audits)
     doubles = sum(a[2] for a in audits)
+    wordless = sum(a[3] for a in audits)
+    examples = [x for a in audits for x in a[4]][:10]
     passes = out["cancel_passes"]
     slow = [p for p in passes if p is None or p > 1]
     checks = [
@@ -196,7 +210,9 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         check("no stale bot audio between a flush and the next transcript", stale == 0,
               f"{stale} frames"),
         check("no double answers", dup_turns == 0 and doubles == 0,
-              f"duplicate latency turns {dup_turns}, transcripts answered twice {doubles}"),
+              f"duplicate latency turns {dup_turns}, answers without a new user turn {doubles}"
+              f" (answers to a user turn without words, not failed: {wordless})"),
         *leak_checks(after, baseline, "after storm"),
     ]
-    return {**out, "stale_frames": stale, "checks": checks}
+    return {**out, "stale_frames": stale, "double_answers": doubles,
+            "wordless_turn_answers": wordless, "answer_examples": examples, "checks": checks}

@@ -19,6 +19,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from voice_fixtures import RANDOM_LLM, scaled
 
 from diffvoice.voice.llm_service import DiffusionLLMService
+from diffvoice.voice.transport import protocol
 
 PROPS = {"service": {"type": "string", "enum": ["cleanings", "fillings"]},
          "day": {"type": "string", "enum": ["monday", "friday"]},
@@ -119,3 +120,42 @@ async def test_barge_in_leaves_an_uncancellable_call_running(random_engine):
     state, result = await _barge_in_during_call(random_engine, False)
     assert state == {"started": 1, "cancelled": 0, "finished": 1}
     assert json.loads(result) == {"booked": True}
+
+
+async def test_a_tool_turn_is_one_answer_one_latency_record(random_engine):
+    """A user turn whose answer calls a tool and then speaks the result is one answer: one
+    latency record (tool_calls=1) holding the user's side and the spoken outcome. Before, the
+    call (nothing spoken) and its re-prompt gave two records: the first without audio, the second
+    without the user's turn, so tool turns had no latency at all and the storm counted them as
+    answered twice (docs/reliability.md)."""
+    from diffvoice.voice.frame_tap import FrameTap
+    from diffvoice.voice.turn_tracker import TurnTracker
+
+    llm = _service(random_engine)
+    calls = []
+
+    async def book(params):
+        calls.append(params)
+        await params.result_callback({"booked": True})
+
+    llm.register_function("book_appointment", book)
+    context = LLMContext(messages=list(USER), tools=TOOLS, tool_choice=FORCED)
+    pair = LLMContextAggregatorPair(context)
+    events = []
+
+    async def emit(event):
+        events.append(event)
+
+    tracker = TurnTracker(session_id="s", stop_secs=0.2, emit=emit, turn_info=llm.turn_info)
+    await run_test(Pipeline([llm, FrameTap("llm", tracker.on_frame), pair.assistant()]),
+                   frames_to_send=[LLMContextFrame(context), SleepFrame(sleep=scaled(3.0))])
+    await tracker.close()
+    assert len(calls) == 1
+    spoken = [m for m in context.get_messages() if m["role"] == "assistant" and m.get("content")]
+    assert spoken, "the re-prompt spoke the outcome"
+    records = tracker.records
+    assert len(records) == 1, [(r["turn"], r["bot_text"], r["tool_calls"]) for r in records]
+    (record,) = records
+    assert record["turn"] == 1 and record["tool_calls"] == 1
+    assert record["bot_text"].strip() and record["answer_passes"] > 0
+    assert [e.turn for e in events if isinstance(e, protocol.Latency)] == [1]

@@ -12,15 +12,18 @@ overlap. Days are weekday names (the demo books into one recurring week; no date
 No double booking, across threads and processes: a booking is one `BEGIN IMMEDIATE` transaction
 that inserts the visit and one `cells(day, cell)` row per occupied cell; `(day, cell)` is the
 primary key, so a second booking of an overlapping slot fails its insert and rolls back whole.
-Bookings survive restarts (it is a file). Knows nothing about pipecat or the engine.
+Bookings survive restarts (it is a file). Each operation opens and closes its own connection, so
+no file descriptor outlives a call, whatever thread runs it. Knows nothing about pipecat or the
+engine.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,24 +102,27 @@ class AppointmentBook:
             s.name: getattr(s, "minutes", None)
             or duration_minutes(s.duration, f"services[{s.name}].duration")
             for s in facts.services}
-        self._local = threading.local()
         with self._conn() as conn:
+            conn.execute("PRAGMA journal_mode = WAL")  # kept in the file
             conn.executescript(_SCHEMA)
 
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:  # one connection per thread (sqlite3 objects are per-thread)
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+    @contextmanager
+    def _conn(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation, closed after it. Tools run on whatever worker thread
+        asyncio.to_thread picks; a connection kept per thread stayed open as long as that
+        pool thread lived (2 file descriptors each, never returned: docs/reliability.md). No
+        connection is held between operations either: SQLite defers closing a file descriptor
+        while another connection of the process holds a lock on the file, so one held open kept
+        every closed connection's descriptors too."""
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
             conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA journal_mode = WAL")
-            self._local.conn = conn
-        return conn
+            yield conn
+        finally:
+            conn.close()
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Nothing to release (no connection outlives an operation); kept for callers."""
 
     # ------------------------------------------------------------------ queries
     def _cells(self, start: int, service: str) -> range:
@@ -133,15 +139,17 @@ class AppointmentBook:
         return [m for m in range(first, close, SLOT_MIN) if m + self.durations[service] <= close]
 
     def free_starts(self, service: str, day: str) -> list[str]:
-        taken = {row[0] for row in self._conn().execute(
-            "SELECT cell FROM cells WHERE day = ?", (day,))}
+        with self._conn() as conn:
+            taken = {row[0] for row in conn.execute(
+                "SELECT cell FROM cells WHERE day = ?", (day,))}
         return [hhmm(m) for m in self.starts(service, day)
                 if not taken.intersection(self._cells(m, service))]
 
     def bookings(self, day: str | None = None) -> list[Booking]:
         sql = "SELECT id, service, day, start_min, name FROM visits"
-        rows = self._conn().execute(sql + (" WHERE day = ?" if day else "") + " ORDER BY id",
-                                    (day,) if day else ())
+        with self._conn() as conn:
+            rows = conn.execute(sql + (" WHERE day = ?" if day else "") + " ORDER BY id",
+                                (day,) if day else ()).fetchall()
         return [Booking(i, s, d, hhmm(m), n) for i, s, d, m, n in rows]
 
     # ------------------------------------------------------------------ changes
@@ -151,7 +159,10 @@ class AppointmentBook:
         if service not in self.durations or day not in self.hours or start is None \
                 or start not in self.starts(service, day):
             return None
-        conn = self._conn()
+        with self._conn() as conn:
+            return self._book_in(conn, service, day, start, name)
+
+    def _book_in(self, conn, service: str, day: str, start: int, name: str) -> Booking | None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             cur = conn.execute(
@@ -171,7 +182,10 @@ class AppointmentBook:
         return Booking(visit, service, day, hhmm(start), name.strip())
 
     def cancel(self, name: str, day: str) -> bool:
-        conn = self._conn()
+        with self._conn() as conn:
+            return self._cancel_in(conn, name, day)
+
+    def _cancel_in(self, conn, name: str, day: str) -> bool:
         conn.execute("BEGIN IMMEDIATE")
         try:
             ids = [r[0] for r in conn.execute(

@@ -232,6 +232,7 @@ class Latency(Event):
     answer_passes: int | None = None     # engine passes of the answer itself
     answer_ready: bool | None = None     # the draft had text when the turn ended (drafts on)
     user_turn_ends: int | None = None    # user turns ended since the previous answer began
+    tool_calls: int = 0                  # tool calls made before the spoken outcome
     replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 

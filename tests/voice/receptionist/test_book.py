@@ -4,7 +4,9 @@ double booking under concurrent threads and processes."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,30 @@ def test_tools_return_what_the_model_reads(tmp_path, facts):
                                                       "time": "10:00", "name": "x"})
     assert "error" in tools.call("nope", {})
     assert "error" in tools.call("cancel_appointment", {"name": "x"})
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_no_file_descriptor_outlives_an_operation_on_pool_threads(tmp_path, facts):
+    """The server runs tools with asyncio.to_thread: long-lived pool threads. A connection kept
+    per thread held 2 fds (db + WAL) per pool thread for the life of the process — the storm's
+    fds 22 -> 26 (docs/reliability.md)."""
+    book = AppointmentBook(tmp_path / "a.sqlite3", facts)
+    tools = ReceptionistTools(book, facts)
+    before = _open_fds()
+    with ThreadPoolExecutor(4) as pool:  # kept alive while the fds are counted, like the server's
+        barrier = threading.Barrier(4)
+
+        def call(i: int):
+            barrier.wait(10)  # all four threads in use, one operation each
+            return tools.call("check_availability", {"service": "cleanings", "day": "friday",
+                                                     "time": None})
+
+        results = list(pool.map(call, range(4)))
+        assert all("error" not in r for r in results), results
+        assert book.book("cleanings", "monday", "09:00", "ann lee")
+        assert book.cancel("ann lee", "monday") and book.bookings() == []
+        assert _open_fds() == before, "a connection outlived its operation"
