@@ -111,10 +111,13 @@ class ModelRunner:
             [self.generators.get(r.slot) for r in rows],
             need_entropy=bool(NEEDS_ENTROPY.intersection(names)), full_vocab=plan.full_vocab,
             full_vocab_all=plan.full_vocab_all)
-        commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
-                              self._knobs(rows, keys, plan))
-        if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone, from the
-            slot0 = maskable & plan.slot0  # previous block's last logit
+        if plan.first_token_rows is not None and len(rows) == 1:  # the one row's policy
+            commit = maskable & plan.slot0  # does not decide this pass (see below)
+        else:
+            commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
+                                  self._knobs(rows, keys, plan))
+        if plan.first_token_rows is not None and len(rows) > 1:  # v2: a new block's slot 0
+            slot0 = maskable & plan.slot0  # alone, from the previous block's last logit
             commit = torch.where(plan.first_token_rows, slot0, commit)
         new = torch.where(commit, pred, cur)
         if plan.host_count is not None and not self.pinned:

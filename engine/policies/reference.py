@@ -54,7 +54,7 @@ def commit_sdar_dynamic(conf, entropy, maskable, knobs):
 
 def commit_threshold_ge(conf, entropy, maskable, knobs):
     commit = maskable & (conf >= knobs.threshold[:, None])
-    return at_least_one(commit, conf.masked_fill(~maskable, -1.0), maskable)
+    return at_least_one(commit, conf, maskable)
 
 
 def _f32(x: float) -> float:
