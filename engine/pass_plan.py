@@ -81,6 +81,10 @@ class PassPlan:
     entropy_bound: torch.Tensor  # [B] f32
     full_vocab: torch.Tensor | None  # [B] bool; None: no row
     full_vocab_all: bool  # every row's confidence is over the full vocabulary
+    # batch 1 without EOS fill: the host counts the masks left from the window tokens instead
+    # (d0, end, p0): masks in window[d0:end] that lie before the first EOS at window index
+    # >= p0 (p0 None: no EOS rule) - the same slots as `counted` with the EOS rule applied
+    host_count: tuple[int, int, int | None] | None = None
 
 
 def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
@@ -248,6 +252,17 @@ class PlanCache:
         in_block, block, slot0, ft_rows, eos_zone, fill_rows, counted, early, not_final = win
         slots = self.vec((slot,), torch.long)
         full = g("full_vocab")
+        host_count = None
+        if not g("eos_fill"):
+            d0, d1, g0 = g("d_start") - q_start, g("d_end") - q_start, g("gen_end") - q_start
+            final, stop = g("final"), g("stop")
+            end = min(d1, g0) if final else d1  # final rows: masks past max_new_tokens
+            if final and not stop:  # no longer decide the answer
+                host_count = (d0, end, None)
+            elif final:  # ... nor do masks behind the answer's first EOS
+                host_count = (d0, end, max(g("prompt_len") - q_start, 0))
+            else:
+                host_count = (d0, d1, None)
         return PassPlan(
             W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
             key_valid=key_valid, visible=self.vec((vis,), torch.long), cache_len_max=vis,
@@ -261,7 +276,7 @@ class PlanCache:
             threshold=self.vec((key.threshold,), torch.float32),
             entropy_bound=self.vec((key.entropy_bound,), torch.float32),
             full_vocab=self.vec((True,), torch.bool) if full else None,
-            full_vocab_all=bool(full))
+            full_vocab_all=bool(full), host_count=host_count)
 
     def _window(self, W, d0, d1, b0, first_token, p0, g0, stop, eos_fill, final) -> tuple:
         """Masks over one row's window [1, W], relative to its start (cached by shape)."""

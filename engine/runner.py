@@ -44,6 +44,8 @@ class ModelRunner:
         ids = self.mc.eos_token_ids
         self.eos_one = int(ids[0]) if len(set(ids)) == 1 else None  # one id: == beats isin
         self.shift = int(self.mc.logit_shift)
+        self.eos_set = tuple(sorted(set(ids)))
+        self._views: dict[tuple[int, int, int], torch.Tensor] = {}
         slots = config.max_running
         dtype = next(self.model.parameters()).dtype
         shape = (slots, self.mc.num_kv_heads, self.T + 1, self.mc.head_dim)
@@ -85,8 +87,7 @@ class ModelRunner:
         plan = self.plans.get(keys)  # device geometry, built once per distinct geometry
         W, L = plan.W, plan.L
         if plan.ids_view is not None:  # one row without padding: a slice of its canvas
-            slot, lo, hi = plan.ids_view
-            ids = self.seq[slot:slot + 1, lo:hi]
+            ids = self._view(self.seq, plan.ids_view, row=True)
         else:
             ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
         logits = None
@@ -110,12 +111,17 @@ class ModelRunner:
             [self.generators.get(r.slot) for r in rows],
             need_entropy=bool(NEEDS_ENTROPY.intersection(names)), full_vocab=plan.full_vocab,
             full_vocab_all=plan.full_vocab_all)
-        commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
-                              self._knobs(rows, keys, plan))
-        if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone, from the
-            slot0 = maskable & plan.slot0  # previous block's last logit
+        if plan.first_token_rows is not None and len(rows) == 1:  # the one row's policy
+            commit = maskable & plan.slot0  # does not decide this pass (see below)
+        else:
+            commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
+                                  self._knobs(rows, keys, plan))
+        if plan.first_token_rows is not None and len(rows) > 1:  # v2: a new block's slot 0
+            slot0 = maskable & plan.slot0  # alone, from the previous block's last logit
             commit = torch.where(plan.first_token_rows, slot0, commit)
         new = torch.where(commit, pred, cur)
+        if plan.host_count is not None and not self.pinned:
+            return self._finish_on_host(rows, plan, new, commit, conf)
         counted = plan.counted
         if plan.eos_zone is not None:  # some row stops at EOS
             is_eos = (new == self.eos_one if self.eos_one is not None
@@ -153,21 +159,51 @@ class ModelRunner:
         after_pass(self, rows, step.window_start, step.tokens)  # may lay more of a call's skeleton
         return step
 
+    def _finish_on_host(self, rows, plan, new, commit, conf) -> StepOutput:
+        """Batch 1 on the CPU: write the window back and read it once; the host counts the
+        masks that still decide the answer (plan.host_count) instead of ~10 small device ops."""
+        self._view(self.seq, plan.window_write).copy_(new[0])
+        toks = new[0].tolist()
+        d0, end, p0 = plan.host_count
+        if p0 is not None:  # masks behind the answer's first EOS no longer count
+            for e in self.eos_set:
+                if e in toks[p0:end]:
+                    end = toks.index(e, p0, end)
+        step = StepOutput(window_start=plan.window_start, tokens=[toks],
+                          remaining=[toks[d0:end].count(self.mask_id)])
+        if rows[0].t_first_block is None:  # the lowest committed confidence (micro-units)
+            low = float(torch.where(commit, conf, 1.0).amin())
+            step.min_conf = [int(low * 1e6) / 1e6]
+        after_pass(self, rows, step.window_start, step.tokens)
+        return step
+
+    def _view(self, t: torch.Tensor, where: tuple[int, int, int], row: bool = False):
+        """t[slot, lo:hi] ([1, hi - lo] with `row`): a view, made once per distinct slice."""
+        key = (*where, row)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= 4096:
+                self._views.clear()
+            slot, lo, hi = where
+            view = self._views[key] = t[slot:slot + 1, lo:hi] if row else t[slot, lo:hi]
+        return view
+
     def _knobs(self, rows: list[Sequence], keys, plan) -> PolicyKnobs:
         """The policies' per-pass schedule as small device tensors (only those needed)."""
         passes = [row_pass(r, k) for r, k in zip(rows, keys, strict=True)]
         names = plan.names
-        steps_left = k_fixed = k_host = dream_f = None
+        steps_left = k_fixed = k_host = dream_f = dream_host = None
         if "low_confidence" in names:
             steps_left = self.plans.vec(tuple(p.steps_left for p in passes), torch.long)
         if "sdar_static" in names or "sdar_dynamic" in names:
             k_host = [p.k_fixed for p in passes]
             k_fixed = self.plans.vec(tuple(k_host), torch.long)
         if "dream_topk" in names or "dream_entropy" in names:
-            dream_f = self.plans.vec(tuple(p.dream_f for p in passes), torch.float32)
+            dream_host = [p.dream_f for p in passes]
+            dream_f = self.plans.vec(tuple(dream_host), torch.float32)
         return PolicyKnobs(steps_left=steps_left, threshold=plan.threshold,
                            entropy_bound=plan.entropy_bound, k_fixed=k_fixed, k_host=k_host,
-                           block=plan.block, dream_f=dream_f)
+                           block=plan.block, dream_f=dream_f, dream_f_host=dream_host)
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:

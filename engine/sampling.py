@@ -25,8 +25,8 @@ def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
     full_vocab [B] bool or None (no row); full_vocab_all: the host knows every row is flagged
     (None: look)."""
     logits = logits.float()
-    if logits.device.type == "cpu" and not need_entropy and not any(t > 0 for t in temperatures):
-        fast = _greedy_cpu(logits, mask_id, full_vocab, full_vocab_all)
+    if logits.device.type == "cpu" and not any(t > 0 for t in temperatures):
+        fast = _greedy_cpu(logits, mask_id, full_vocab, full_vocab_all, need_entropy)
         if fast is not None:
             return fast
     if full_vocab is not None:
@@ -47,10 +47,14 @@ def predict(logits: torch.Tensor, mask_id: int, temperatures: list[float],
 
 
 def _greedy_cpu(logits: torch.Tensor, mask_id: int, full_vocab: torch.Tensor | None,
-                full_vocab_all: bool | None):
-    """Greedy rows on the CPU in three ops: softmax, drop the mask token, max (the references'
-    own `softmax(...).max(-1)`). None when rows differ in `full_vocab` (the general path)."""
+                full_vocab_all: bool | None, need_entropy: bool = False):
+    """Greedy rows on the CPU in a few ops: softmax, drop the mask token, max (the references'
+    own `softmax(...).max(-1)`); with entropy, the full-vocabulary entropy from the same
+    log-softmax. None when rows differ in `full_vocab` (the general path), or entropy is asked
+    for rows without it."""
     if full_vocab is None:
+        if need_entropy:
+            return None
         logits[..., mask_id] = float("-inf")
         conf, token = logits.softmax(-1).max(-1)
         return token, conf, None
@@ -58,10 +62,16 @@ def _greedy_cpu(logits: torch.Tensor, mask_id: int, full_vocab: torch.Tensor | N
         full_vocab_all = bool(full_vocab.all())
     if not full_vocab_all:
         return None
-    p = logits.softmax(-1)
+    entropy = None
+    if need_entropy:  # the same ops as _entropy over the full vocabulary
+        logp = torch.log_softmax(logits, dim=-1)
+        p = logp.exp()
+        entropy = -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1)
+    else:
+        p = logits.softmax(-1)
     p[..., mask_id] = 0.0  # the mask token is never predicted; it stays in the denominator
     conf, token = p.max(-1)
-    return token, conf, None
+    return token, conf, entropy
 
 
 def _entropy(logits: torch.Tensor) -> torch.Tensor:

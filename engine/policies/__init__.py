@@ -37,6 +37,7 @@ class PolicyKnobs:
     k_host: list[int] | None = None  # the same on the host (top-k grouped by k)
     block: torch.Tensor | None = None  # [B, W] bool: the slots of the row's decode block
     dream_f: torch.Tensor | None = None  # [B] f32: Dream's 1 - s/t for this pass
+    dream_f_host: list[float] | None = None  # the same on the host (float32 values)
 
 
 POLICIES = {
@@ -57,10 +58,10 @@ def commit_mixed(policy_names: list[str], policy_ids: torch.Tensor, conf: torch.
                  entropy: torch.Tensor | None, maskable: torch.Tensor,
                  knobs: PolicyKnobs) -> torch.Tensor:
     """Apply each row's policy. `policy_names` are those present in the batch (host-known)."""
+    if len(policy_names) == 1:
+        return POLICIES[policy_names[0]](conf, entropy, maskable, knobs)
     out = torch.zeros_like(maskable)
     for name in policy_names:
         chosen = POLICIES[name](conf, entropy, maskable, knobs)
-        if len(policy_names) == 1:
-            return chosen
         out = torch.where((policy_ids == POLICY_IDS[name])[:, None], chosen, out)
     return out

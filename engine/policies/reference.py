@@ -14,6 +14,9 @@ Same contract as the other policies, with the schedule in `knobs` (host-known pe
 
 from __future__ import annotations
 
+import math
+import struct
+
 import torch
 
 from diffvoice.engine.policies.threshold import at_least_one
@@ -51,10 +54,24 @@ def commit_sdar_dynamic(conf, entropy, maskable, knobs):
 
 def commit_threshold_ge(conf, entropy, maskable, knobs):
     commit = maskable & (conf >= knobs.threshold[:, None])
-    return at_least_one(commit, conf.masked_fill(~maskable, -1.0), maskable)
+    return at_least_one(commit, conf, maskable)
+
+
+def _f32(x: float) -> float:
+    """x rounded to float32 (the product of a count < 2**24 and a float32 is exact in a
+    double, so this is float32 multiplication)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def _dream(score, maskable, knobs):
+    if score.shape[0] == 1 and score.device.type == "cpu" and knobs.dream_f_host is not None:
+        # one row on the CPU: k on the host (as upstream's int(n * (1 - s / t)) in float32);
+        # k <= n, so the top-k of the masked-out scores are all maskable slots
+        k = math.floor(_f32(int(maskable.sum()) * knobs.dream_f_host[0]))
+        out = torch.zeros_like(maskable)
+        if k > 0:
+            out[0, torch.topk(torch.where(maskable[0], score[0], float("-inf")), k).indices] = True
+        return out
     n = maskable.sum(-1)
     k = (n.float() * knobs.dream_f).floor().long()  # int(n * (1 - s / t)) in float32
     score = score.masked_fill(~maskable, float("-inf"))

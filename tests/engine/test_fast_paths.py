@@ -1,0 +1,115 @@
+"""The engine's one-row CPU shortcuts against the plain formulas / general paths, on random inputs:
+the greedy prediction with full-vocabulary entropy, Dream's host-side k, and the host-side count
+of the masks that still decide an answer (checked on whole requests against the device count)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from golden_loops import GOLDEN, load_golden
+
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.policies import PolicyKnobs
+from diffvoice.engine.policies.reference import (
+    commit_dream_entropy,
+    commit_dream_topk,
+    dream_factor,
+)
+from diffvoice.engine.sampling import predict
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_cpu_entropy_matches_plain_formulas(seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(1, 11, 40, generator=g) * 4
+    mask_id = 7
+    full = torch.tensor([True])
+    token, conf, entropy = predict(logits.clone(), mask_id, [0.0], [None], need_entropy=True,
+                                   full_vocab=full, full_vocab_all=True)
+    p = torch.softmax(logits.double(), -1)
+    want_entropy = -(p * p.log()).sum(-1)
+    p_no_mask = p.clone()
+    p_no_mask[..., mask_id] = 0.0
+    want_conf, want_token = p_no_mask.max(-1)
+    assert torch.equal(token, want_token)
+    assert torch.allclose(conf.double(), want_conf, atol=1e-6)
+    assert torch.allclose(entropy.double(), want_entropy, atol=1e-5)
+
+
+def _dream_ref(score, maskable, f):
+    """Dream's `_sample` selection for one row: int(n * f) in float32, top-k by score."""
+    idx = [i for i in range(len(score)) if maskable[i]]
+    k = int(torch.tensor(float(len(idx)), dtype=torch.float32) * torch.tensor(f))
+    chosen = sorted(idx, key=lambda i: -score[i])[:k]
+    return [i in chosen for i in range(len(score))]
+
+
+@pytest.mark.parametrize("steps", [1, 5, 8, 24])
+def test_dream_host_k_matches_upstream_rule(steps):
+    g = torch.Generator().manual_seed(steps)
+    for step in range(steps):
+        f = dream_factor(step, steps)
+        conf = torch.rand(1, 30, generator=g)
+        entropy = torch.rand(1, 30, generator=g) * 3
+        maskable = torch.rand(1, 30, generator=g) < 0.7
+        knobs = PolicyKnobs(steps_left=None, threshold=None, entropy_bound=None,
+                            dream_f=torch.tensor([f], dtype=torch.float32), dream_f_host=[f])
+        got = commit_dream_topk(conf, None, maskable, knobs)
+        assert got[0].tolist() == _dream_ref(conf[0].tolist(), maskable[0].tolist(), f)
+        got = commit_dream_entropy(conf, entropy, maskable, knobs)
+        assert got[0].tolist() == _dream_ref((-entropy[0]).tolist(), maskable[0].tolist(), f)
+        # the device path (no host value: batched rows) agrees with the host path
+        host = commit_dream_topk(conf, None, maskable, knobs)
+        knobs.dream_f_host = None
+        assert torch.equal(commit_dream_topk(conf, None, maskable, knobs), host)
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
+def test_host_mask_count_matches_device_count(family, monkeypatch):
+    """Golden cases (many end at an EOS), at its reference settings and with the engine's
+    fast decoding, decodes to the same tokens in the same number of passes whether the host
+    (plan.host_count) or the device counts the masks left."""
+    _, golden = load_golden(family)
+    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
+                                    EngineConfig(max_running=2, dtype="float32"))
+    try:
+        cases = golden["cases"][::3]
+        jobs = [(golden["prompts"][c["prompt"]], SamplingParams(**c["engine_params"]))
+                for c in cases]
+        jobs += [(m, dataclasses.replace(p, decoding="fast")) for m, p in jobs[::3]]
+        plans = engine.runner.plans
+        build_one = plans._build_one
+
+        def run(host: bool):
+            plans.plans.clear()
+
+            def build(key):
+                plan = build_one(key)
+                if not host:
+                    plan.host_count = None
+                return plan
+
+            monkeypatch.setattr(plans, "_build_one", build)
+            out = []
+            with engine._lock:
+                for messages, params in jobs:
+                    seq = engine.prepare(messages, params)
+                    engine.scheduler.add(seq)
+                    while seq.finish_reason is None:
+                        rows, admitted = engine.scheduler.schedule()
+                        for s in admitted:
+                            engine.runner.admit(s)
+                        engine.scheduler.update(rows, engine.runner.step(rows))
+                    engine.runner.release(seq)
+                    out.append((seq.generated, seq.passes, seq.finish_reason))
+            return out
+
+        device, host = run(False), run(True)
+        assert host == device
+        assert [g for g, _, _ in host[:len(cases)]] == [c["answer"] for c in cases]
+        if family != "sdar":  # answers cut at an EOS stop early: fewer passes than the canvas
+            assert any(r == "stop" for _, _, r in host)
+    finally:
+        engine.close()
