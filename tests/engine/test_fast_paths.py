@@ -18,6 +18,7 @@ from diffvoice.engine.policies.reference import (
     dream_factor,
 )
 from diffvoice.engine.sampling import predict
+from diffvoice.engine.testing import decode_in_this_thread
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -93,17 +94,10 @@ def test_host_mask_count_matches_device_count(family, monkeypatch):
 
             monkeypatch.setattr(plans, "_build_one", build)
             out = []
-            with engine._lock:
-                for messages, params in jobs:
-                    seq = engine.prepare(messages, params)
-                    engine.scheduler.add(seq)
-                    while seq.finish_reason is None:
-                        rows, admitted = engine.scheduler.schedule()
-                        for s in admitted:
-                            engine.runner.admit(s)
-                        engine.scheduler.update(rows, engine.runner.step(rows))
-                    engine.runner.release(seq)
-                    out.append((seq.generated, seq.passes, seq.finish_reason))
+            for messages, params in jobs:
+                seq = engine.prepare(messages, params)
+                decode_in_this_thread(engine, seq)
+                out.append((seq.generated, seq.passes, seq.finish_reason))
             return out
 
         device, host = run(False), run(True)

@@ -38,6 +38,21 @@ def _service(engine, **kwargs):
                                sampling_overrides=RANDOM_LLM, **kwargs)
 
 
+def _forced_booking(engine):
+    """A service whose context forces book_appointment, with a handler that books: (llm, the
+    handler's calls, the context, its aggregator pair)."""
+    llm = _service(engine)
+    calls = []
+
+    async def book(params):
+        calls.append(params)
+        await params.result_callback({"booked": True})
+
+    llm.register_function("book_appointment", book)
+    context = LLMContext(messages=list(USER), tools=TOOLS, tool_choice=FORCED)
+    return llm, calls, context, LLMContextAggregatorPair(context)
+
+
 async def test_call_runs_the_handler_and_the_result_reprompts_the_service(random_engine):
     requests: list[list[dict]] = []
     real_generate = random_engine.generate
@@ -48,16 +63,7 @@ async def test_call_runs_the_handler_and_the_result_reprompts_the_service(random
 
     random_engine.generate = spy
     try:
-        llm = _service(random_engine)
-        calls = []
-
-        async def book(params):
-            calls.append(params)
-            await params.result_callback({"booked": True})
-
-        llm.register_function("book_appointment", book)
-        context = LLMContext(messages=list(USER), tools=TOOLS, tool_choice=FORCED)
-        pair = LLMContextAggregatorPair(context)
+        llm, calls, context, pair = _forced_booking(random_engine)
         down, _ = await run_test(
             Pipeline([llm, pair.assistant()]),
             frames_to_send=[LLMContextFrame(context), SleepFrame(sleep=3.0)])
@@ -131,16 +137,7 @@ async def test_a_tool_turn_is_one_answer_one_latency_record(random_engine):
     from diffvoice.voice.frame_tap import FrameTap
     from diffvoice.voice.turn_tracker import TurnTracker
 
-    llm = _service(random_engine)
-    calls = []
-
-    async def book(params):
-        calls.append(params)
-        await params.result_callback({"booked": True})
-
-    llm.register_function("book_appointment", book)
-    context = LLMContext(messages=list(USER), tools=TOOLS, tool_choice=FORCED)
-    pair = LLMContextAggregatorPair(context)
+    llm, calls, context, pair = _forced_booking(random_engine)
     events = []
 
     async def emit(event):

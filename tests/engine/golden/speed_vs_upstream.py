@@ -40,6 +40,7 @@ from golden_loops import GOLDEN, load_golden  # noqa: E402
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams  # noqa: E402
 from diffvoice.engine.reference_loops import run_case  # noqa: E402
+from diffvoice.engine.testing import decode_in_this_thread  # noqa: E402
 
 
 def _load(name, path):
@@ -120,14 +121,7 @@ def main(family: str, reps: int, out: Path | None) -> dict:
 
     def core(c):  # the engine's scheduler + runner driven in this thread (no worker thread)
         seq = engine.prepare(prompts[c["prompt"]], SamplingParams(**c["engine_params"]))
-        with engine._lock:
-            engine.scheduler.add(seq)
-            while seq.finish_reason is None:
-                rows, admitted = engine.scheduler.schedule()
-                for s in admitted:
-                    engine.runner.admit(s)
-                engine.scheduler.update(rows, engine.runner.step(rows))
-            engine.runner.release(seq)
+        decode_in_this_thread(engine, seq)
         return seq.generated
 
     res = dict.fromkeys(("upstream", "engine", "plain", "engine_core"), 0.0)
