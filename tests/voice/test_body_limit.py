@@ -2,13 +2,10 @@
 (Content-Length checked up front; a chunked body is cut off as soon as it passes the limit)."""
 
 import asyncio
-import socket
-import threading
-import time
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
+from voice_fixtures import UvicornThread
 
 from diffvoice.voice.body_limit import BodyLimitMiddleware
 
@@ -28,19 +25,8 @@ def server():
         seen.append(len(body))
         return {"n": len(body)}
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if srv.started:
-            break
-        time.sleep(0.01)
-    yield port, seen
-    srv.should_exit = True
-    thread.join(10)
+    with UvicornThread(app, lifespan="off") as running:
+        yield running.port, seen
 
 
 async def _raw(port: int, head: bytes, body_parts=(), read_first=False) -> bytes:

@@ -8,9 +8,12 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from diffvoice.engine import DEFAULT_MODEL_DIR
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TINY_WHISPER = ASSETS / "whisper-tiny-random"
@@ -50,21 +53,18 @@ def _espeak_lib_pcm(text: str, rate_wpm: int) -> bytes:
     return soxr.resample(audio, es.sample_rate, 16000).astype(np.int16).tobytes()
 
 
-class LiveServer:
-    """uvicorn serving create_app(state) on a free loopback port, in a background thread."""
+class UvicornThread:
+    """uvicorn serving `app` on a free loopback port, in a background thread (a context
+    manager; `config` goes to uvicorn.Config, log_level "warning" unless given)."""
 
-    def __init__(self, state) -> None:
+    def __init__(self, app, **config) -> None:
         import uvicorn
 
-        from diffvoice.voice.server import create_app
-
-        self.state = state
-        self.app = create_app(state)
+        self.app = app
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=1 << 20)
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **config}))
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
@@ -77,7 +77,7 @@ class LiveServer:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/ws"
 
-    def __enter__(self) -> LiveServer:
+    def __enter__(self):
         self._thread.start()
         deadline = time.monotonic() + scaled(30)
         while not self.server.started:
@@ -90,3 +90,26 @@ class LiveServer:
         self.server.should_exit = True
         self._thread.join(timeout=scaled(15))
         self._sock.close()
+
+
+class LiveServer(UvicornThread):
+    """uvicorn serving create_app(state) on a free loopback port, in a background thread."""
+
+    def __init__(self, state) -> None:
+        from diffvoice.voice.server import create_app
+
+        self.state = state
+        super().__init__(create_app(state), ws_max_size=1 << 20)
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """What the OpenAI router and the clarify guard read of ServeConfig, the guard on (as
+    `diffvoice serve` has it) and `steps_per_block` left to the model."""
+    model: str = str(DEFAULT_MODEL_DIR)
+    clarify: str = "auto"
+    clarify_below: float = 0.5
+    clarify_whole_reply: bool = True
+    api_keys: tuple[str, ...] = ()
+    max_new_tokens: int | None = 48
+    steps_per_block: int | None = None

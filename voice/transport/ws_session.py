@@ -44,6 +44,8 @@ from diffvoice.voice.transport.browser import BrowserTransport
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0
 SEND_TIMEOUT_SECS = 10.0  # one socket write; longer means the client stopped reading
+LIMIT_FIELDS = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s",
+                "handshake_timeout": "handshake_timeout_s"}  # close reason -> ServeConfig field
 
 
 class BrowserSession:
@@ -132,10 +134,8 @@ class BrowserSession:
         try:
             return await asyncio.wait_for(self._receive(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            limits = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s",
-                      "handshake_timeout": "handshake_timeout_s"}
             raise protocol.ProtocolError(
-                reason, f"closed by the server's {limits[reason]} limit") from None
+                reason, f"closed by the server's {LIMIT_FIELDS[reason]} limit") from None
 
     async def _receive_all(self, transport: BrowserTransport, runner_task: asyncio.Task,
                            connected_t: float) -> None:
@@ -165,9 +165,8 @@ class BrowserSession:
             if watchdog.expired is None or receiving.cancelling() > 1:
                 raise  # the server is shutting down, not a limit
             receiving.uncancel()
-            limits = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s"}
             raise protocol.ProtocolError(
-                watchdog.expired, f"closed by the server's {limits[watchdog.expired]} limit"
+                watchdog.expired, f"closed by the server's {LIMIT_FIELDS[watchdog.expired]} limit"
             ) from None
         finally:
             await watchdog.stop()

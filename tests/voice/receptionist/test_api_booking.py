@@ -7,26 +7,15 @@ the call runs against the SQLite book and its result goes back as a `tool` messa
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pytest
 from test_openai_api import _LoopbackServer, _State
+from voice_fixtures import RouterConfig
 
 from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is_file(),
                                 reason="models/receptionist-tiny not present")
-
-
-@dataclass(frozen=True)
-class _Config:  # what the router reads; the clarify guard on, as `diffvoice serve` has it
-    model: str = str(DEFAULT_MODEL_DIR)
-    clarify: str = "auto"
-    clarify_below: float = 0.5
-    clarify_whole_reply: bool = True
-    api_keys: tuple[str, ...] = ()
-    max_new_tokens: int | None = 48
-    steps_per_block: int | None = None
 
 
 def test_api_booking_over_two_turns(tmp_path):
@@ -35,7 +24,7 @@ def test_api_booking_over_two_turns(tmp_path):
     tools = ReceptionistTools.for_model(DEFAULT_MODEL_DIR, db_path=tmp_path / "book.sqlite3")
     engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(max_running=2))
     try:
-        server = _LoopbackServer(_State(engine, _Config()))
+        server = _LoopbackServer(_State(engine, RouterConfig()))
         try:
             client = server.client()
 

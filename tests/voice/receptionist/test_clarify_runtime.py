@@ -14,6 +14,7 @@ import pytest
 from pipecat.frames.frames import LLMContextFrame, LLMTextFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
+from voice_fixtures import RouterConfig as _Config
 
 from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
 from diffvoice.engine.engine import Delta
@@ -115,17 +116,6 @@ async def test_after_a_tool_result_an_unsure_reply_becomes_the_trained_result_re
         else:
             assert text == want
     assert "booked" in cases[0][1] and "10" in cases[0][1]
-
-
-@dataclass(frozen=True)
-class _Config:
-    model: str = str(DEFAULT_MODEL_DIR)
-    clarify: str = "auto"
-    clarify_below: float = 0.5
-    clarify_whole_reply: bool = True
-    api_keys: tuple[str, ...] = ()
-    max_new_tokens: int | None = 48
-    steps_per_block: int | None = None
 
 
 def test_guard_from_config(tmp_path):

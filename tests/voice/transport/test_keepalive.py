@@ -5,14 +5,12 @@ says. The client is a raw socket driven by websockets' sans-I/O protocol so that
 be withheld."""
 
 import asyncio
-import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect
+from voice_fixtures import UvicornThread
 from websockets.client import ClientProtocol
 from websockets.frames import Opcode
 from websockets.protocol import State
@@ -40,21 +38,9 @@ def port():
         except WebSocketDisconnect:
             pass
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", lifespan="off",
-                            ws=KeepaliveWebSocketProtocol, ws_ping_interval=PING_S,
-                            ws_ping_timeout=TIMEOUT_S)
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(500):
-        if srv.started:
-            break
-        time.sleep(0.01)
-    yield sock.getsockname()[1]
-    srv.should_exit = True
-    thread.join(10)
+    with UvicornThread(app, lifespan="off", ws=KeepaliveWebSocketProtocol,
+                       ws_ping_interval=PING_S, ws_ping_timeout=TIMEOUT_S) as server:
+        yield server.port
 
 
 async def _client(port: int, send_every_s: float | None, for_s: float) -> dict:
