@@ -126,7 +126,8 @@ async def test_calls_spread_over_both_replicas_and_get_answers(cluster, speech):
     "since the one-row pass cuts (2026-12-01) 12 concurrent /v1 requests often all land on one "
     "replica (3 of 5 local runs, one clean-clone CI run; 192-token answers did not change it): "
     "the least-loaded router's view of the replicas' queues while the requests arrive at once "
-    "is not understood yet; calls (test_calls_spread_over_both_replicas_and_get_answers) still spread"))
+    "is not understood yet; calls (test_calls_spread_over_both_replicas_and_get_answers) "
+    "still spread"))
 async def test_v1_requests_are_spread(cluster):
     import aiohttp
 
