@@ -31,6 +31,7 @@ from diffvoice.voice.drafting import DraftManager, normalise
 
 class EagerDrafter(FrameProcessor):
     def __init__(self, drafts: DraftManager, *, stable_secs: float = 0.15, **kwargs) -> None:
+        kwargs.setdefault("enable_direct_mode", True)  # quick: no queue hop per audio frame
         super().__init__(**kwargs)
         if stable_secs < 0:
             raise ValueError(f"stable_secs must be >= 0, got {stable_secs!r}")

@@ -102,7 +102,8 @@ def caller_audio_stop() -> FunctionFilter:
     switch and observer calls on the event loop: with 16 silent callers those hops alone kept
     the server's loop thread busy (docs/reliability.md).
     """
-    return FunctionFilter(_not_caller_audio, filter_system_frames=True, name="caller-audio-stop")
+    return FunctionFilter(_not_caller_audio, filter_system_frames=True, name="caller-audio-stop",
+                          enable_direct_mode=True)
 
 
 def _clarify_guard(state):  # ServeConfig.clarify*: voice/receptionist/clarify.py
