@@ -1,9 +1,11 @@
 """The engine's one-row CPU shortcuts against the plain formulas / general paths, on random inputs:
-the greedy prediction with full-vocabulary entropy, Dream's host-side k, and the host-side count
-of the masks that still decide an answer (checked on whole requests against the device count)."""
+the greedy prediction with full-vocabulary entropy, Dream's host-side k, the host-side count
+of the masks that still decide an answer (checked on whole requests against the device count),
+and the signed-residual batch-1 forward (against the general planned forward and float64)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -105,5 +107,81 @@ def test_host_mask_count_matches_device_count(family, monkeypatch):
         assert [g for g, _, _ in host[:len(cases)]] == [c["answer"] for c in cases]
         if family != "sdar":  # answers cut at an EOS stop early: fewer passes than the canvas
             assert any(r == "stop" for _, _, r in host)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
+def test_signed_residual_forward_matches_planned_forward(family, monkeypatch):
+    """The batch-1 CPU forward that carries the residual as [x, -x] (LayerNorm for RMSNorm,
+    2-D addmm) gives the logits of the general planned forward on every pass of real requests
+    (cached / uncached, with and without q/k norm and qkv bias), and the engine's answers do not
+    change when it is switched off."""
+    _, golden = load_golden(family)
+    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
+                                    EngineConfig(max_running=2, dtype="float32"))
+    try:
+        model = engine.runner.model
+        signed = model.signed_layers
+        assert signed is not None  # small fp32 model on the CPU
+        planned = type(model)._forward_planned
+        model64 = copy.deepcopy(model).double()
+        model64.fuse_projections()
+        assert model64.signed_layers is None  # fp32 only
+        compared, errors = [], []
+
+        def both(self, *args):
+            plan = args[-1]
+            self.signed_layers = None
+            want = planned(self, *args)
+            self.signed_layers = signed
+            got = planned(self, *args)  # takes the signed path where it applies
+            if args[0].shape[0] == 1 and (plan.views is not None or plan.direct):
+                compared.append(args[0].shape[1])
+                scale = want.abs().max()
+                # the sharpened fixtures amplify fp32 rounding to ~1e-5 of the largest logit
+                assert (got - want).abs().max() <= 1e-4 * scale
+                if plan.direct:  # no cache: both against the same pass in float64
+                    p64 = dataclasses.replace(plan, cos=plan.cos.double(), sin=plan.sin.double(),
+                                              mask=None if plan.mask is None
+                                              else plan.mask.double())
+                    ref = planned(model64, *args[:-1], p64)
+                    errors.append(((want - ref).abs().max() / ref.abs().max(),
+                                   (got - ref).abs().max() / ref.abs().max()))
+            return got
+
+        monkeypatch.setattr(type(model), "_forward_planned", both)
+        cases = golden["cases"][::4]
+        for c in cases:
+            seq = engine.prepare(golden["prompts"][c["prompt"]],
+                                 SamplingParams(**c["engine_params"]))
+            decode_in_this_thread(engine, seq)
+            assert seq.generated == c["answer"]
+        assert len(compared) >= 10 * len(cases) // 2
+        if family in ("llada", "dream"):  # their passes read no cache
+            assert len(errors) >= 10
+            worst_general = max(float(e) for e, _ in errors)
+            worst_signed = max(float(e) for _, e in errors)
+            assert worst_signed <= 1.5 * worst_general + 1e-6
+        monkeypatch.setattr(type(model), "_forward_planned", planned)
+        model.signed_layers = None  # the general path alone: the same answers
+        for c in cases:
+            seq = engine.prepare(golden["prompts"][c["prompt"]],
+                                 SamplingParams(**c["engine_params"]))
+            decode_in_this_thread(engine, seq)
+            assert seq.generated == c["answer"]
+    finally:
+        engine.close()
+
+
+def test_signed_residual_weights_only_for_small_cpu_fp32_models():
+    _, golden = load_golden("sdar")
+    engine = Engine.from_pretrained(GOLDEN / "sdar" / "fixture",
+                                    EngineConfig(max_running=1, dtype="float32"))
+    try:
+        model = engine.runner.model
+        assert model.signed_layers is not None
+        model.SIGNED_MAX_HIDDEN = model.config.hidden_size - 1
+        assert model._signed_residual_weights() is None
     finally:
         engine.close()
