@@ -28,6 +28,8 @@ from diffvoice.engine.assets import default_model_dir, web_dir
 from diffvoice.voice.session_limits import SessionLimits, _help, _split_csv
 from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
 
+INPUT_FRAME_MS = (32, 64, 96, 128)  # whole 32 ms VAD windows (voice.transport.vad_aligned)
+
 DEFAULT_MODEL_DIR = default_model_dir()  # engine/assets.py: source checkout or wheel data
 DEFAULT_WEB_DIR = web_dir()
 ASR_CHOICES_HELP = (
@@ -76,6 +78,14 @@ class ServeConfig(SessionLimits):
             "seconds of silence after which the Silero VAD reports a pause; the turn ends then "
             "if the transcript is a complete utterance (and its draft is ready), else at "
             "turn_window_secs"
+        ),
+    )
+    input_frame_ms: int = field(
+        default=32,
+        metadata=_help(
+            "caller audio enters the pipeline in frames of this many ms (32, 64, 96 or 128: "
+            "whole 32 ms VAD windows); larger frames cost the event loop less per open "
+            "microphone and decide speech / silence up to (frame - 32) ms later"
         ),
     )
     smart_turn: bool = field(
@@ -222,6 +232,9 @@ class ServeConfig(SessionLimits):
         lo, hi = STOP_SECS_RANGE
         if not isinstance(self.stop_secs, (int, float)) or not lo <= self.stop_secs <= hi:
             raise ValueError(f"stop_secs must be in [{lo}, {hi}], got {self.stop_secs!r}")
+        if self.input_frame_ms not in INPUT_FRAME_MS:
+            raise ValueError(f"input_frame_ms must be one of {INPUT_FRAME_MS}, got "
+                             f"{self.input_frame_ms!r}")
         if not isinstance(self.turn_window_secs, (int, float)) or not (
             self.stop_secs <= self.turn_window_secs <= hi
         ):

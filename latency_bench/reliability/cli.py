@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "to find what a machine sustains")
     parser.add_argument("--soak-s", type=float, default=None,
                         help="soak: seconds after the warm-up instead of the scale's")
+    parser.add_argument("--input-frame-ms", type=int, default=None,
+                        help="the server's --input-frame-ms (default: its own, 32)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
             scale[key] = value
+    if args.input_frame_ms is not None:
+        scale["input_frame_ms"] = args.input_frame_ms
     try:
         prompts = default_corpus(Path(args.corpus_cache).expanduser(),
                                  voices=("en-us", "en-us+f3"), speeds=(175,))
@@ -70,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     model = args.model or str(DEFAULT_MODEL_DIR)
     results = asyncio.run(run_parts(parts, scale, prompts, model))
-    extra = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("soak_callers", "soak_s")
+    extra = [f"--{k.replace('_', '-')}={getattr(args, k)}"
+             for k in ("soak_callers", "soak_s", "input_frame_ms")
              if getattr(args, k, None) is not None]
     command = shlex.join(["diffvoice", "bench", "reliability", f"--{args.scale}", "--parts",
                           ",".join(parts), *extra, "--out", str(args.out)])

@@ -70,7 +70,9 @@ def server_args(scale: dict[str, Any], model: str) -> list[str]:
             "--max-sessions", str(scale["max_sessions"]),
             "--max-sessions-per-ip", str(scale["per_ip"]),
             "--idle-timeout-s", str(scale["idle_timeout_s"]),
-            "--handshake-timeout-s", str(scale["handshake_timeout_s"])]
+            "--handshake-timeout-s", str(scale["handshake_timeout_s"]),
+            *(["--input-frame-ms", str(scale["input_frame_ms"])]
+              if scale.get("input_frame_ms") else [])]
 
 
 _LOG_PATTERNS = {

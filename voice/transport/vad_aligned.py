@@ -12,6 +12,10 @@ hops a second per processor per caller. The VAD only decides on whole 32 ms wind
 window's samples reach it at the same moment as before (when the wire frame that completes the
 window arrives): 31.25 frames a second instead of 50 with no later speech or silence
 decisions. ASR hears at most 20 ms of audio later.
+
+`windows_per_frame` (ServeConfig.input_frame_ms / 32, default 1) groups that many windows into
+one frame: half the hops again at 2 (64 ms), for a speech or silence decision up to 32 ms later
+(the VAD decides on the frame's windows when the frame arrives).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ WINDOW_SECS = 0.032
 
 
 class VadAlignedInput:
+    windows_per_frame = 1  # set per transport from ServeConfig.input_frame_ms
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._pending = bytearray()
@@ -33,7 +39,8 @@ class VadAlignedInput:
             await self._push_pending(len(self._pending))
         self._pending_format = fmt
         self._pending += frame.audio
-        window = int(frame.sample_rate * WINDOW_SECS) * 2 * frame.num_channels
+        window = (int(frame.sample_rate * WINDOW_SECS) * 2 * frame.num_channels
+                  * self.windows_per_frame)
         whole = len(self._pending) // window * window
         if whole:
             await self._push_pending(whole)

@@ -81,3 +81,27 @@ async def test_vad_states_per_window_are_the_same_as_with_wire_frames(speech):
     assert len(aligned) > 100 and set(aligned) <= set(direct)
     assert all(direct[w] == s for w, s in aligned.items())
     assert VADState.SPEAKING in aligned.values() and VADState.QUIET in aligned.values()
+
+
+async def test_frames_of_several_windows_keep_every_sample_in_order():
+    """input_frame_ms=64 / 96 (windows_per_frame 2 / 3): frames of whole multiples of the
+    frame size, nothing lost or reordered, only a partial frame waits."""
+    rng = np.random.default_rng(1)
+    for per_frame in (2, 3):
+        sink = _Aligned()
+        sink.windows_per_frame = per_frame
+        size = 1024 * per_frame
+        sent = bytearray()
+        for _ in range(200):
+            piece = rng.integers(-3000, 3000, int(rng.integers(1, 900)), dtype=np.int16).tobytes()
+            sent += piece
+            await sink.push_audio_frame(_frame(piece))
+            out = b"".join(f.audio for f in sink.pushed)
+            assert len(out) == len(sent) // size * size
+            assert out == bytes(sent[:len(out)])
+        assert all(len(f.audio) % size == 0 for f in sink.pushed)
+    sink = _Aligned()
+    sink.windows_per_frame = 2
+    for _ in range(400):  # 8 s of 20 ms frames -> 125 frames of 64 ms
+        await sink.push_audio_frame(_frame(b"\x01\x00" * 320))
+    assert len(sink.pushed) == 125
