@@ -115,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
     if config.malloc_arena_max:
         malloc_tune.limit_arenas(config.malloc_arena_max)
+    if config.switch_interval_ms:
+        # a busy event loop holds the GIL for a whole switch interval before another thread
+        # gets it: at Python's 5 ms the shared VAD pool fell behind 32 callers' audio
+        sys.setswitchinterval(config.switch_interval_ms / 1000.0)
     try:
         state = load_state(config)
     except StartupError as e:

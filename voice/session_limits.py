@@ -59,6 +59,12 @@ class SessionLimits:
         metadata=_help("glibc malloc arenas (MALLOC_ARENA_MAX); freed memory is also trimmed "
                        "back to the OS when calls end. 0 leaves glibc's defaults"),
     )
+    switch_interval_ms: float = field(
+        default=1.0,
+        metadata=_help("the server process's interpreter switch interval (sys.setswitchinterval): "
+                       "how long the VAD, ASR, TTS and engine threads wait at most for the "
+                       "interpreter lock while the event loop is busy. 0 keeps Python's 5 ms"),
+    )
     public_metrics: bool = field(
         default=False,
         metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
@@ -96,7 +102,8 @@ class SessionLimits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms"):
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms",
+                     "switch_interval_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")

@@ -68,3 +68,29 @@ def test_serve_prints_the_twilio_banner_when_twilio_is_configured(tmp_path, capf
 
     assert cli_serve.run(_args(base)) == 0  # no Twilio settings: no banner
     assert "telephony/twilio/voice" not in capfd.readouterr().err
+
+
+def test_serve_sets_the_interpreter_switch_interval(tmp_path, monkeypatch):
+    """--switch-interval-ms (default 1) is applied to the serving process before uvicorn runs;
+    0 keeps Python's own."""
+    import sys
+
+    import uvicorn
+
+    from diffvoice.engine.testing import make_random_checkpoint
+
+    model = make_random_checkpoint(tmp_path / "m", family="sdar")
+    seen = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    base = ["--model", str(model), "--asr", str(TINY_WHISPER), "--device", "cpu"]
+    try:
+        assert cli_serve.run(_args(base)) == 0
+        sys.setswitchinterval(before)
+        assert cli_serve.run(_args(base + ["--switch-interval-ms", "2.5"])) == 0
+        sys.setswitchinterval(before)
+        assert cli_serve.run(_args(base + ["--switch-interval-ms", "0"])) == 0
+    finally:
+        sys.setswitchinterval(before)
+    assert seen[0] == 0.001 and seen[1] == 0.0025 and seen[2] == before
+    assert cli_serve.run(_args(base + ["--switch-interval-ms", "-1"])) == 2
