@@ -24,7 +24,11 @@ from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 
 _lock = threading.Lock()
 _model: SileroOnnxModel | None = None
-EXECUTOR_THREADS = 2
+# Not CPU: each window's analysis waits for the interpreter lock before and after the ONNX run,
+# and a busy event loop hands it over only every switch interval. With 2 threads the pool fell
+# behind 32 callers' audio on 2 cores (user turns that never ended: browser calls stopped being
+# answered after ~2 minutes); with 6 it kept up (docs/reliability.md, 32-caller probes).
+EXECUTOR_THREADS = 6
 _executor: ThreadPoolExecutor | None = None
 
 
