@@ -196,6 +196,7 @@ class DiffusionLM(nn.Module):
     # the signed-residual batch-1 path (below) pays off where every op costs its dispatch, not
     # its arithmetic: small models in fp32 on the CPU
     SIGNED_MAX_HIDDEN = 512
+    signed_layers = None  # set by fuse_projections() where that path applies
 
     def _signed_residual_weights(self):
         """Weights of the batch-1 CPU path that carries the residual stream as [x, -x].
@@ -312,7 +313,7 @@ class DiffusionLM(nn.Module):
     def _forward_planned(self, input_ids, kv_cache, slots, cache_lens, cache_len_max, write_pos,
                          logits_start, plan) -> torch.Tensor:
         """forward_step with a prepared AttnPlan: no per-pass geometry, no module calls."""
-        if (getattr(self, "signed_layers", None) is not None and input_ids.shape[0] == 1
+        if (self.signed_layers is not None and input_ids.shape[0] == 1
                 and (plan.views is not None or plan.direct)):
             return self._forward_signed(input_ids, logits_start, plan)
         cfg = self.config
@@ -364,14 +365,13 @@ class DiffusionLM(nn.Module):
         hidden = _norm(x[:, logits_start:], self.norm, eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
 
-
     def _forward_signed(self, input_ids, logits_start, plan) -> torch.Tensor:
         """_forward_planned for one row that stores its K/V in the pool (plan.views) or reads no
         cache (plan.direct), on the weights of `_signed_residual_weights`. Returns [1, L', V]."""
         cfg = self.config
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        hid2 = 2 * cfg.hidden_size
         hid = cfg.hidden_size
+        hid2 = 2 * hid
         signed = self.signed_layers
         x = F.embedding(input_ids[0], signed.embed)  # [L, 2H]: [x, -x]
         n = x.shape[0]

@@ -68,7 +68,7 @@ from diffvoice.voice.frame_tap import FrameTap
 from diffvoice.voice.llm_service import DiffusionLLMService
 from diffvoice.voice.speech_vad import SpeechTrackingVAD
 from diffvoice.voice.transport import protocol
-from diffvoice.voice.transport.vad_aligned import VadAlignedInput
+from diffvoice.voice.transport.vad_aligned import WINDOW_SECS, VadAlignedInput
 from diffvoice.voice.turn_end import MeaningTurnStopStrategy
 from diffvoice.voice.turn_tracker import TurnTracker
 
@@ -148,7 +148,8 @@ def build_pipeline(
     # caller audio in frames of input_frame_ms (whole VAD windows; voice.transport.vad_aligned)
     transport_in = transport.input()
     if isinstance(transport_in, VadAlignedInput):
-        transport_in.windows_per_frame = getattr(config, "input_frame_ms", 32) // 32
+        window_ms = round(WINDOW_SECS * 1000)
+        transport_in.windows_per_frame = getattr(config, "input_frame_ms", window_ms) // window_ms
     stt = state.asr.make_service()
     # records where speech ended; one shared ONNX session for every call (voice.vad)
     vad = SpeechTrackingVAD(params=VADParams(stop_secs=stop_secs))
