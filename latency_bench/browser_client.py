@@ -113,6 +113,18 @@ def _turn_over(state: _State, now: float, quiet_s: float) -> bool:
     return now - last >= quiet_s
 
 
+def _still_speaking(state: _State, now: float) -> str:
+    """Which condition of `_turn_over` kept the turn open (for the timeout message)."""
+    playout = state.playout
+    received = playout.samples_received / playout.sample_rate
+    queued = playout.playing_until(now) - now
+    last = now - (playout.last_frame_t or now)
+    why = ("playback queue not drained" if queued > 1e-3 else
+           "no bot.stopped_speaking" if state.bot_speaking else "bot audio still arriving")
+    return (f"{why}; {received:.1f} s of audio received, {queued:.1f} s queued, last frame "
+            f"{last:.1f} s ago")
+
+
 async def _stream_prompt(pacer: Pacer, prompt: Prompt) -> float:
     """Send the prompt in paced frames; return the epoch time the user stopped speaking."""
     pcm = prompt.pcm
@@ -153,7 +165,7 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
         if time.time() > deadline:
             missing = ("no latency event" if not state.latencies else
                        "no audible bot audio" if state.playout.first_audible_t is None else
-                       "bot still speaking")
+                       f"bot still speaking: {_still_speaking(state, time.time())}")
             result.fail("timeout", f"turn not over {config.turn_timeout_s:.0f} s after the "
                                    f"end of speech ({missing})")
             break

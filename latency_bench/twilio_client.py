@@ -42,7 +42,7 @@ import soxr
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from diffvoice.latency_bench import mulaw
+from diffvoice.voice.telephony import mulaw
 from diffvoice.latency_bench.config import BenchConfig
 from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
 from diffvoice.latency_bench.pacer import Pacer
@@ -200,8 +200,11 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, call: _Call, prompt: Prom
                 and now - heard >= config.bot_quiet_s):
             break
         if now > deadline:
-            missing = ("no audible bot audio" if call.playout.first_audible_t is None
-                       else "bot still speaking")
+            playout = call.playout
+            missing = ("no audible bot audio" if playout.first_audible_t is None else
+                       f"bot still speaking: {playout.samples_received / playout.sample_rate:.1f}"
+                       f" s of audio received, {playout.playing_until(now) - now:.1f} s "
+                       f"queued, last audible {now - (heard or now):.1f} s ago")
             result.fail("timeout", f"turn not over {config.turn_timeout_s:.0f} s after the "
                                    f"end of speech ({missing})")
             break

@@ -39,6 +39,10 @@ without the `_ms` suffix; the /v1 API's request metrics are voice/openai_api/met
     diffvoice_event_loop_tasks                gauge: asyncio tasks on the server loop
     diffvoice_client_slots_held               gauge: per-IP /ws slots held
     diffvoice_active_session_ids              gauge: sessions registered in AppState
+    diffvoice_asr_decoders{state}             gauge: pocketsphinx decoders alive ("in_use",
+                                              "idle") and built / discarded since start
+                                              ("built", "discarded"; a build holds the
+                                              interpreter lock ~0.5 s: voice.asr.pocketsphinx_stt)
     process_resident_memory_bytes, process_open_fds, ...   prometheus_client's ProcessCollector
     (the three server gauges are refreshed by `observe_server(state)`, which GET /metrics calls)
     (an engine field missing from stats() is simply not exported)
@@ -159,6 +163,9 @@ class VoiceMetrics:
                             registry=self.registry)
         self._client_slots = Gauge("diffvoice_client_slots_held",
                                    "Per-IP /ws session slots held", registry=self.registry)
+        self._decoders = Gauge("diffvoice_asr_decoders",
+                               "pocketsphinx decoders: in_use / idle now, built / discarded since "
+                               "start", ["state"], registry=self.registry)
         self._session_ids = Gauge("diffvoice_active_session_ids",
                                   "Session ids registered as active (browser + Twilio)",
                                   registry=self.registry)
@@ -208,6 +215,12 @@ class VoiceMetrics:
         sessions = getattr(state, "active_sessions", None)
         if sessions is not None:
             self._session_ids.set(len(sessions))
+        pool = getattr(getattr(state, "asr", None), "model", None)
+        if all(hasattr(pool, k) for k in ("total", "idle", "created", "discarded")):
+            idle = pool.idle
+            for label, value in (("in_use", pool.total - idle), ("idle", idle),
+                                 ("built", pool.created), ("discarded", pool.discarded)):
+                self._decoders.labels(state=label).set(value)
 
     def bind_engine(self, engine: Any) -> None:
         self._engine_collector.engine = engine

@@ -215,6 +215,10 @@ def build_pipeline(
         ),
         idle_timeout_secs=None,
         enable_rtvi=False,
+        # pipecat's TurnTrackingObserver (nothing here reads it; the TurnTracker taps do the
+        # turn records) gets every frame push and process through a queue and a task of its
+        # own: ~9% of the event loop's time with 32 callers (py-spy --gil, 32-caller soak)
+        enable_turn_tracking=False,
         name=f"voice-{session_id}",
     )
     worker.diffvoice_tracker = tracker  # for callers/tests: records, session close

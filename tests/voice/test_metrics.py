@@ -94,3 +94,21 @@ def test_two_instances_do_not_collide_and_close_never_goes_negative():
     second.session_opened()
     assert _scrape(first)[("diffvoice_active_sessions", ())] == 0
     assert _scrape(second)[("diffvoice_active_sessions", ())] == 1
+
+
+def test_pocketsphinx_decoder_pool_gauges(monkeypatch):
+    from types import SimpleNamespace
+
+    from diffvoice.voice.asr.pocketsphinx_stt import DecoderPool
+
+    monkeypatch.setattr(DecoderPool, "_new", lambda self: object())
+    pool = DecoderPool(size=1, max_idle=1, max_total=4, idle_secs=0)
+    held = [pool.acquire() for _ in range(3)]
+    pool.release(held.pop())
+    pool.release(held.pop())  # a second idle one: beyond max_idle, idle >= 0 s, discarded
+    metrics = VoiceMetrics()
+    metrics.observe_server(SimpleNamespace(asr=SimpleNamespace(model=pool)))
+    text = metrics.render()[0].decode()
+    got = {s.labels["state"]: s.value for f in text_string_to_metric_families(text)
+           if f.name == "diffvoice_asr_decoders" for s in f.samples}
+    assert got == {"in_use": 1.0, "idle": 1.0, "built": 3.0, "discarded": 1.0}

@@ -10,11 +10,15 @@ final hypothesis becomes the TranscriptionFrame. Feeding batches whatever
 audio arrived while the previous feed ran, so a slow machine decodes in larger steps instead of
 falling behind.
 
-`DecoderPool`: pocketsphinx decoders are not thread-safe and take ~0.4 s to build. The pool keeps
-at most `max_idle` built decoders; a call that finds none free builds one (up to `max_total`
-in use at once, beyond which `acquire` waits up to `acquire_timeout_secs`), and a decoder
-returned while `max_idle` are already idle is discarded. So memory follows the number of
-callers speaking at once and shrinks back after a burst (issue 12: the old pool only grew).
+`DecoderPool`: pocketsphinx decoders are not thread-safe, and one takes 0.4-0.9 s to build
+(~40 MB each with the domain LM) *holding the interpreter lock*: every build freezes the event
+loop, and so every call in the process, for that long. A call that finds no free decoder builds
+one (up to `max_total` in use at once, beyond which `acquire` waits up to
+`acquire_timeout_secs`). Returned decoders are kept: up to `max_idle` for good, the ones beyond
+that until they have been idle `idle_secs` (the most recently returned one is reused first, so
+the surplus ages out). So a burst's decoders serve the next burst instead of being rebuilt
+(the 32-caller soak rebuilt one every ~20 s when the surplus was discarded at once), and memory
+still shrinks back after a quiet spell (issue 12: the old pool only grew).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class DecoderPool:
         max_idle: int = 4,
         max_total: int = 32,
         acquire_timeout_secs: float = 30.0,
+        idle_secs: float = 120.0,
+        clock=time.monotonic,
         **decoder_kwargs: Any,
     ) -> None:
         if not 0 <= size <= max_idle:
@@ -54,9 +60,12 @@ class DecoderPool:
         self.max_idle = max_idle
         self.max_total = max_total
         self.acquire_timeout_secs = acquire_timeout_secs
+        self.idle_secs = idle_secs
+        self._clock = clock
         self._kwargs = {"samprate": 16000, "loglevel": "FATAL", **decoder_kwargs}
         self._cond = threading.Condition()
         self._free: list[Any] = [self._new() for _ in range(size)]
+        self._idle_since: list[float] = [clock()] * size  # beside _free, oldest first
         self.total = size  # built and not discarded (idle + in use)
         self.created = size
         self.discarded = 0
@@ -79,7 +88,9 @@ class DecoderPool:
                 if left <= 0 or not self._cond.wait(left):
                     if not self._free and self.total >= self.max_total:
                         raise TimeoutError(f"all {self.max_total} pocketsphinx decoders busy")
+            self._age_out()
             if self._free:
+                self._idle_since.pop()
                 return self._free.pop()
             self.total += 1
             self.created += 1
@@ -93,12 +104,18 @@ class DecoderPool:
 
     def release(self, decoder) -> None:
         with self._cond:
-            if len(self._free) < self.max_idle:
-                self._free.append(decoder)
-            else:
-                self.total -= 1
-                self.discarded += 1
+            self._free.append(decoder)
+            self._idle_since.append(self._clock())
+            self._age_out()
             self._cond.notify()
+
+    def _age_out(self) -> None:
+        """(holding the lock) Drop idle decoders beyond `max_idle` unused for `idle_secs`."""
+        cutoff = self._clock() - self.idle_secs
+        while len(self._free) > self.max_idle and self._idle_since[0] <= cutoff:
+            del self._free[0], self._idle_since[0]
+            self.total -= 1
+            self.discarded += 1
 
     def discard(self, decoder) -> None:
         """Drop a decoder in an unknown state (an error mid-utterance)."""

@@ -1,5 +1,7 @@
 """DecoderPool stays bounded: at most `max_total` decoders in use (then acquire waits, and
-times out with a clear error), at most `max_idle` kept after a burst (issue 12: it only grew)."""
+times out with a clear error); a burst's decoders serve the next burst (a build freezes the
+event loop) and only `max_idle` stay once the rest were idle `idle_secs` (issue 12: it only
+grew)."""
 
 from __future__ import annotations
 
@@ -20,15 +22,36 @@ def fake_decoders(monkeypatch):
     monkeypatch.setattr(DecoderPool, "_new", lambda self: _FakeDecoder())
 
 
-def test_burst_then_shrink(fake_decoders):
-    pool = DecoderPool(size=1, max_idle=2, max_total=5, acquire_timeout_secs=0.2)
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_burst_decoders_serve_the_next_burst_then_age_out(fake_decoders):
+    clock = _Clock()
+    pool = DecoderPool(size=1, max_idle=2, max_total=5, acquire_timeout_secs=0.2,
+                       idle_secs=60.0, clock=clock)
     held = [pool.acquire() for _ in range(5)]
     assert pool.total == 5 and pool.created == 5 and pool.idle == 0
     with pytest.raises(TimeoutError, match="all 5 pocketsphinx decoders busy"):
         pool.acquire()
     for decoder in held:
         pool.release(decoder)
-    assert pool.idle == 2 and pool.total == 2 and pool.discarded == 3  # shrank back
+    assert pool.idle == 5 and pool.discarded == 0  # kept for the next burst
+    clock.t += 30
+    again = [pool.acquire() for _ in range(4)]  # a second burst 30 s later: nothing rebuilt
+    assert pool.created == 5 and set(map(id, again)) <= set(map(id, held))
+    for decoder in again:
+        pool.release(decoder)
+    clock.t += 59  # the one decoder left out of the second burst has been idle 89 s
+    pool.release(pool.acquire())
+    assert pool.idle == 4 and pool.discarded == 1
+    clock.t += 61  # a quiet spell: everything beyond max_idle ages out
+    pool.release(pool.acquire())
+    assert pool.idle == 2 and pool.total == 2 and pool.discarded == 3 and pool.created == 5
 
 
 def test_a_waiting_acquire_gets_the_next_released_decoder(fake_decoders):
@@ -45,7 +68,7 @@ def test_a_waiting_acquire_gets_the_next_released_decoder(fake_decoders):
 
 
 def test_concurrent_use_never_exceeds_the_bounds(fake_decoders):
-    pool = DecoderPool(size=1, max_idle=3, max_total=4, acquire_timeout_secs=10)
+    pool = DecoderPool(size=1, max_idle=3, max_total=4, acquire_timeout_secs=10, idle_secs=0)
     in_use = []
     peak = [0]
     lock = threading.Lock()

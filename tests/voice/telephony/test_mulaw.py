@@ -1,11 +1,11 @@
-"""latency_bench.mulaw against CPython's audioop (the reference G.711 implementation)."""
+"""voice.telephony.mulaw against CPython's audioop (the reference G.711 implementation)."""
 
 import warnings
 
 import numpy as np
 import pytest
 
-from diffvoice.latency_bench import mulaw
+from diffvoice.voice.telephony import mulaw
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -24,3 +24,6 @@ def test_encode_decode_bit_exact_with_audioop():
     every_code = bytes(range(256))
     assert mulaw.decode(every_code).tobytes() == audioop.ulaw2lin(every_code, 2)
     assert mulaw.decode(ours).tobytes() == audioop.ulaw2lin(ours, 2)
+    assert mulaw.decode_fast(ours).tobytes() == audioop.ulaw2lin(ours, 2)
+    random_codes = rng.integers(0, 256, size=1601).astype(np.uint8).tobytes()
+    assert mulaw.decode_fast(random_codes).tobytes() == audioop.ulaw2lin(random_codes, 2)

