@@ -42,13 +42,13 @@ import soxr
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from diffvoice.voice.telephony import mulaw
 from diffvoice.latency_bench.config import BenchConfig
 from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
 from diffvoice.latency_bench.pacer import Pacer
 from diffvoice.latency_bench.playout import Playout
 from diffvoice.latency_bench.source_addr import connect_kwargs
 from diffvoice.latency_bench.turns import TurnResult
+from diffvoice.voice.telephony import mulaw
 
 PHONE_RATE = 8000
 FRAME_SAMPLES = PHONE_RATE // 50                       # 20 ms

@@ -18,12 +18,12 @@ gauges once every caller has hung up. Checks: 0 failed turns, RSS growth < 5% af
 every leak gauge back to 0 and tasks / fds back to their baseline.
 
 RSS growth compares like with like: the highest RSS sample of the warm-up's last minute vs the
-highest of the soak's last minute (every caller on the line in both; the ramp ends before). Single samples are not
-comparable: the server trims the allocator when a call ends (voice.malloc_tune), so RSS dips
-for a few seconds whenever calls end together (the first calls end right around the warm-up),
-and the sample after the last caller hung up measures fewer sessions. The single-sample figure
-(first sample after the warm-up vs the last sample) is reported beside it as
-`rss_growth_samples`.
+highest of the soak's last minute (every caller on the line in both; the ramp ends before).
+Single samples are not comparable: the server trims the allocator when a call ends
+(voice.malloc_tune), so RSS dips for a few seconds whenever calls end together (the first calls
+end right around the warm-up), and the sample after the last caller hung up measures fewer
+sessions. The single-sample figure (first sample after the warm-up vs the last sample) is
+reported beside it as `rss_growth_samples`.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ from pipecat.transports.websocket.fastapi import (
 
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 from diffvoice.voice.telephony import mulaw
-from diffvoice.voice.telephony.upsample import Upsampler2x
 from diffvoice.voice.telephony.playout import PlayoutTracker
+from diffvoice.voice.telephony.upsample import Upsampler2x
 from diffvoice.voice.transport.stale_audio import StaleAudioGuard
 from diffvoice.voice.transport.vad_aligned import VadAlignedInput
 

@@ -18,8 +18,8 @@ from diffvoice.voice.telephony.upsample import Upsampler2x
 
 
 def _serializer(rate):
-    s = CallSerializer(stream_sid="MZ1", call_sid="CA1", tracker=PlayoutTracker(lambda *a, **k: None),
-                       on_stop=lambda: None)
+    s = CallSerializer(stream_sid="MZ1", call_sid="CA1",
+                       tracker=PlayoutTracker(lambda *a, **k: None), on_stop=lambda: None)
     return s, SimpleNamespace(audio_in_sample_rate=rate)
 
 
