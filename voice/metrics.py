@@ -39,6 +39,9 @@ without the `_ms` suffix; the /v1 API's request metrics are voice/openai_api/met
     diffvoice_event_loop_tasks                gauge: asyncio tasks on the server loop
     diffvoice_client_slots_held               gauge: per-IP /ws slots held
     diffvoice_active_session_ids              gauge: sessions registered in AppState
+    diffvoice_event_loop_lag_seconds{stat}    gauge: how late the event loop woke a 50 ms
+                                              timer since the previous scrape ("max", "mean";
+                                              voice.loop_lag): every call waits that long
     diffvoice_asr_decoders{state}             gauge: pocketsphinx decoders alive ("in_use",
                                               "idle") and built / discarded since start
                                               ("built", "discarded"; a build holds the
@@ -163,6 +166,9 @@ class VoiceMetrics:
                             registry=self.registry)
         self._client_slots = Gauge("diffvoice_client_slots_held",
                                    "Per-IP /ws session slots held", registry=self.registry)
+        self._loop_lag = Gauge("diffvoice_event_loop_lag_seconds",
+                               "Event-loop timer lateness since the previous scrape",
+                               ["stat"], registry=self.registry)
         self._decoders = Gauge("diffvoice_asr_decoders",
                                "pocketsphinx decoders: in_use / idle now, built / discarded since "
                                "start", ["state"], registry=self.registry)
@@ -215,6 +221,11 @@ class VoiceMetrics:
         sessions = getattr(state, "active_sessions", None)
         if sessions is not None:
             self._session_ids.set(len(sessions))
+        lag = getattr(state, "loop_lag", None)
+        if lag is not None:
+            worst, mean = lag.take()
+            self._loop_lag.labels(stat="max").set(worst)
+            self._loop_lag.labels(stat="mean").set(mean)
         pool = getattr(getattr(state, "asr", None), "model", None)
         if all(hasattr(pool, k) for k in ("total", "idle", "created", "discarded")):
             idle = pool.idle

@@ -100,6 +100,9 @@ def create_app(state: AppState) -> FastAPI:
         from diffvoice.voice import task_dump
 
         task_dump.install(asyncio.get_running_loop())  # kill -USR1: where every task waits
+        from diffvoice.voice.loop_lag import LoopLag
+
+        state.loop_lag = LoopLag().start()  # /metrics: diffvoice_event_loop_lag_seconds
         if not config.api_only:
             _warm_up_call_path()
             web_dir = Path(config.web_dir)
@@ -110,6 +113,7 @@ def create_app(state: AppState) -> FastAPI:
             else:
                 logger.warning(f"no {web_dir}/index.html: the browser page is not served")
         yield
+        state.loop_lag.stop()
         if watchdog is not None:
             watchdog.stop()
 

@@ -59,6 +59,7 @@ class AppState:
     replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
     client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP
     session_tokens: Any = None  # voice.access.SessionTokens: short-lived /ws credentials
+    loop_lag: Any = None  # voice.loop_lag.LoopLag, started by the app's lifespan
 
     def __post_init__(self) -> None:
         from diffvoice.voice.access import SessionTokens

@@ -51,10 +51,12 @@ from diffvoice.latency_bench.reliability.common import (
 from diffvoice.latency_bench.turns import TurnResult
 
 RSS = "process_resident_memory_bytes"
+LAG_MEAN = 'diffvoice_event_loop_lag_seconds{stat="mean"}'  # over the 10 s between samples
+LAG_MAX = 'diffvoice_event_loop_lag_seconds{stat="max"}'
 SAMPLED = (RSS, "process_open_fds", "diffvoice_event_loop_tasks", "diffvoice_active_sessions",
            "diffvoice_engine_running_requests", "diffvoice_engine_queue_depth",
            "diffvoice_engine_callers", 'diffvoice_asr_decoders{state="in_use"}',
-           'diffvoice_asr_decoders{state="built"}')
+           'diffvoice_asr_decoders{state="built"}', LAG_MEAN, LAG_MAX)
 RSS_GOAL = 0.05
 END_BOUND_S = 240.0  # after soak_s, calls in progress get this long to finish their turns
 IP_BLOCK = 15_000  # loopback addresses per load-generator process (blocks 1, 2, ...)
@@ -68,6 +70,16 @@ def _peak(samples: list[dict], lo: float, hi: float) -> dict | None:
     """The sample with the highest RSS among those taken at lo <= t < hi (None if none)."""
     inside = [s for s in samples if lo <= s["t"] < hi and s.get(RSS)]
     return max(inside, key=lambda s: s[RSS]) if inside else None
+
+
+def _lag_summary(samples: list[dict], warmup: float, duration: float) -> dict:
+    """Event-loop timer lateness (ms) while every caller is on the line (warm-up to the end):
+    the mean of the 10 s means and the worst single wake-up."""
+    inside = [s for s in samples if warmup <= s["t"] < duration and s.get(LAG_MEAN) is not None]
+    if not inside:
+        return {}
+    return {"mean": round(1000 * float(np.mean([s[LAG_MEAN] for s in inside])), 1),
+            "max": round(1000 * max(s[LAG_MAX] for s in inside), 1)}
 
 
 def rss_growth(samples: list[dict], warmup: float, duration: float) -> tuple:
@@ -242,6 +254,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
             "pause_s": scale["soak_pause_s"], "turns_per_call": scale["soak_call_turns"],
             "client_worst_pacing_lag_ms": worst_lag_ms,
             "peak_sessions": max((s.get("diffvoice_active_sessions") or 0) for s in samples),
+            "event_loop_lag_ms": _lag_summary(samples, warmup, duration),
             "first_minute": {"turns": len(first), "p50_ms": _p(first, 50), "p99_ms": _p(first, 99)},
             "last_minute": {"turns": len(last), "p50_ms": _p(last, 50), "p99_ms": _p(last, 99)},
             "rss_growth": round(growth, 4) if growth is not None else None,

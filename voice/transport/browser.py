@@ -6,7 +6,10 @@ this module only bridges to pipecat:
 * input: `await transport.input().push_pcm(pcm)` turns caller PCM (16 kHz int16 mono) into
   InputAudioRawFrames of whole 32 ms VAD windows (voice.transport.vad_aligned); `ready` is set
   once the pipeline can take audio.
-* output: each bot audio chunk is handed to `send_audio(bytes)` at the pipeline's output rate,
+* output: each bot audio chunk (`chunk_secs`, 100 ms by default: pipecat's 40 ms default made
+  five sends — each a few event-loop turns and a paced sleep — per 0.2 s TTS frame, and under a
+  saturated loop a call's answer trickled out at a fraction of real time) is handed to
+  `send_audio(bytes)` at the pipeline's output rate,
   paced like a sound card that may run at most `lead_secs` ahead of real-time playback — so
   the client's queue stays short and an interruption drops the rest here, server-side (pipecat's
   output transport empties its queue on InterruptionFrame; chunks of the interrupted answer
@@ -107,14 +110,19 @@ class BrowserTransport(BaseTransport):
         input_sample_rate: int,
         output_sample_rate: int,
         lead_secs: float = 0.3,
+        chunk_secs: float = 0.1,
     ) -> None:
         super().__init__()
+        if not 0.01 <= chunk_secs <= lead_secs:
+            raise ValueError(f"chunk_secs must be in [0.01, lead_secs={lead_secs}], "
+                             f"got {chunk_secs}")
         params = TransportParams(
             audio_in_enabled=True,
             audio_in_sample_rate=input_sample_rate,
             audio_out_enabled=True,
             audio_out_sample_rate=output_sample_rate,
             audio_out_end_silence_secs=0,
+            audio_out_10ms_chunks=round(chunk_secs * 100),
         )
         self._input = BrowserInputTransport(params, name="browser-in")
         self._output = BrowserOutputTransport(params, send_audio, lead_secs, name="browser-out")

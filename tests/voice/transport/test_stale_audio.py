@@ -86,3 +86,29 @@ async def test_the_output_transport_drops_old_audio_before_rechunking():
         assert seen == [new]
     finally:
         base.process_frame = original
+
+
+async def test_answers_go_out_in_chunks_of_chunk_secs_and_whole():
+    """The browser output sends 100 ms chunks (not pipecat's 40 ms): 1.05 s of TTS audio leaves
+    as ten full chunks plus its tail padded to a chunk at TTSStoppedFrame, nothing lost."""
+    import numpy as np
+    from pipecat.frames.frames import TTSAudioRawFrame, TTSStoppedFrame
+    from pipecat.pipeline.worker import PipelineParams
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    sent = []
+
+    async def send(pcm: bytes) -> bool:
+        sent.append(pcm)
+        return True
+
+    transport = BrowserTransport(send, input_sample_rate=16000, output_sample_rate=16000)
+    pcm = (np.random.default_rng(0).normal(0, 3000, 16800)).astype(np.int16).tobytes()
+    frames = [TTSStartedFrame(),
+              *(TTSAudioRawFrame(audio=pcm[i:i + 6400], sample_rate=16000, num_channels=1)
+                for i in range(0, len(pcm), 6400)),
+              TTSStoppedFrame(), SleepFrame(1.5)]
+    await run_test(transport.output(), frames_to_send=frames,
+                   pipeline_params=PipelineParams(audio_out_sample_rate=16000))
+    assert [len(c) for c in sent] == [3200] * 11
+    assert b"".join(sent)[: len(pcm)] == pcm and not any(b"".join(sent)[len(pcm):])
