@@ -64,8 +64,8 @@ class DecoderPool:
         self._clock = clock
         self._kwargs = {"samprate": 16000, "loglevel": "FATAL", **decoder_kwargs}
         self._cond = threading.Condition()
-        self._free: list[Any] = [self._new() for _ in range(size)]
-        self._idle_since: list[float] = [clock()] * size  # beside _free, oldest first
+        # idle decoders with the time each came back, oldest first
+        self._free: list[tuple[Any, float]] = [(self._new(), clock()) for _ in range(size)]
         self.total = size  # built and not discarded (idle + in use)
         self.created = size
         self.discarded = 0
@@ -90,8 +90,7 @@ class DecoderPool:
                         raise TimeoutError(f"all {self.max_total} pocketsphinx decoders busy")
             self._age_out()
             if self._free:
-                self._idle_since.pop()
-                return self._free.pop()
+                return self._free.pop()[0]
             self.total += 1
             self.created += 1
         try:
@@ -104,16 +103,15 @@ class DecoderPool:
 
     def release(self, decoder) -> None:
         with self._cond:
-            self._free.append(decoder)
-            self._idle_since.append(self._clock())
+            self._free.append((decoder, self._clock()))
             self._age_out()
             self._cond.notify()
 
     def _age_out(self) -> None:
         """(holding the lock) Drop idle decoders beyond `max_idle` unused for `idle_secs`."""
         cutoff = self._clock() - self.idle_secs
-        while len(self._free) > self.max_idle and self._idle_since[0] <= cutoff:
-            del self._free[0], self._idle_since[0]
+        while len(self._free) > self.max_idle and self._free[0][1] <= cutoff:
+            del self._free[0]
             self.total -= 1
             self.discarded += 1
 

@@ -168,9 +168,9 @@ class CallSerializer(TwilioFrameSerializer):
             self._malformed(problem)
             return None
         event = message.get("event")
-        if event == "media" and self.on_media is not None:
-            self.on_media()
         if event == "media":  # what pipecat's deserialize does, without parsing the JSON again
+            if self.on_media is not None:
+                self.on_media()
             pcm = mulaw.decode_fast(base64.b64decode(message["media"]["payload"])).tobytes()
             pcm = await self._input_resampler.resample(pcm, TWILIO_SAMPLE_RATE, self._sample_rate)
             if not pcm:
