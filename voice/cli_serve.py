@@ -89,6 +89,11 @@ def load_state(config: ServeConfig, *, replica_id: str | None = None, metrics=No
     state.replica_id = replica_id
     if state.asr is not None:
         logger.info(f"ASR: {state.asr.name} (loaded in {state.asr.load_secs:.1f}s)")
+        prewarm = getattr(state.asr.model, "prewarm", None)
+        if prewarm is not None:  # pocketsphinx: the first calls must not wait for decoders
+            t = time.perf_counter()
+            built = prewarm()
+            logger.info(f"ASR: {built} more decoders ready in {time.perf_counter() - t:.1f}s")
         logger.info(f"TTS: {state.tts.name} at {state.tts.sample_rate} Hz")
     for warning in state.warnings:
         logger.warning(f"!!! {warning}")
@@ -108,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
         from diffvoice.voice.scale.ray_serve import run_ray
 
         return run_ray(config)
+    if config.workers > 1:
+        from diffvoice.voice.scale.workers import run_workers
+
+        return run_workers(config, log_level=getattr(args, "log_level", "INFO") or "INFO")
 
     import uvicorn
 

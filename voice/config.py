@@ -176,6 +176,12 @@ class ServeConfig(SessionLimits):
         metadata=_help("also hold each reply until complete and clarify when it is not "
                        "well-formed (costs the reply's remaining blocks before speech starts)"),
     )
+    workers: int = field(
+        default=1,
+        metadata=_help("server processes on this machine, all accepting on --port (engine + ASR "
+                       "+ TTS + calls each; --max-sessions and --max-sessions-per-ip hold for "
+                       "all of them together; voice.scale.workers)"),
+    )
     # --- scale-out on Ray Serve (voice.scale; needs the `ray` extra) ---
     ray: bool = field(
         default=False,
@@ -258,6 +264,11 @@ class ServeConfig(SessionLimits):
             object.__setattr__(self, "api_keys", _split_csv(self.api_keys))
         if not all(isinstance(k, str) and k for k in self.api_keys):
             raise ValueError("api_keys must be non-empty strings")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
+                or not 1 <= self.workers <= 64:
+            raise ValueError(f"workers must be an integer in 1..64, got {self.workers!r}")
+        if self.workers > 1 and self.ray:
+            raise ValueError("workers > 1 and ray do not mix: Ray Serve runs --replicas")
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {self.replicas!r}")
         if self.max_replicas is not None and (

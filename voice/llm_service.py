@@ -61,6 +61,9 @@ from pipecat.services.settings import LLMSettings
 from pipecat.utils.types import is_given
 
 BUSY_REPLY = "Sorry, I'm handling too many calls right now. Please try again in a moment."
+# spoken when the model's answer to a final transcript has nothing to say (it stopped at once):
+# a caller who hears silence cannot tell a dead line from a thinking agent
+EMPTY_REPLY = "Sorry, I didn't catch that. Could you say it again?"
 
 _request_counter = itertools.count(1)
 
@@ -312,7 +315,8 @@ class DiffusionLLMService(LLMService):
                     function_name=call["name"], arguments=json.loads(call["arguments"]))])
             elif not spoke:  # a final transcript that gets no answer must never be silent
                 logger.warning(f"{self}: {request_id} produced no text to speak "
-                               f"(finish_reason={reason}); the caller hears nothing this turn")
+                               f"(finish_reason={reason}); asking the caller to repeat")
+                await self._push_llm_text(EMPTY_REPLY)
         except EngineOverloaded as e:
             await self.push_error(error_msg=f"engine overloaded: {e}", exception=e)
             await self._push_llm_text(BUSY_REPLY)

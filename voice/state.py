@@ -60,6 +60,8 @@ class AppState:
     client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP
     session_tokens: Any = None  # voice.access.SessionTokens: short-lived /ws credentials
     loop_lag: Any = None  # voice.loop_lag.LoopLag, started by the app's lifespan
+    # voice.scale.workers.WorkerAdmission when this process is one of `serve --workers N`
+    shared_admission: Any = None
 
     def __post_init__(self) -> None:
         from diffvoice.voice.access import SessionTokens
@@ -116,6 +118,13 @@ class AppState:
             llm_overrides=dict(llm_overrides or {}),
             receptionist=receptionist,
         )
+
+    def sessions_open(self) -> int:
+        """Calls open on the whole server (every worker's with --workers): what max_sessions
+        caps."""
+        if self.shared_admission is not None:
+            return self.shared_admission.sessions_open()
+        return len(self.active_sessions)
 
     @property
     def model_name(self) -> str:

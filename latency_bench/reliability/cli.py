@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="soak: seconds after the warm-up instead of the scale's")
     parser.add_argument("--input-frame-ms", type=int, default=None,
                         help="the server's --input-frame-ms (default: its own, 32)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="the server's --workers (default 1: one process)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
             scale[key] = value
     if args.input_frame_ms is not None:
         scale["input_frame_ms"] = args.input_frame_ms
+    if args.workers is not None:
+        if args.workers < 1:
+            print("diffvoice bench reliability: --workers must be >= 1", file=sys.stderr)
+            return 2
+        scale["workers"] = args.workers
     try:
         prompts = default_corpus(Path(args.corpus_cache).expanduser(),
                                  voices=("en-us", "en-us+f3"), speeds=(175,))
@@ -75,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or str(DEFAULT_MODEL_DIR)
     results = asyncio.run(run_parts(parts, scale, prompts, model))
     extra = [f"--{k.replace('_', '-')}={getattr(args, k)}"
-             for k in ("soak_callers", "soak_s", "input_frame_ms")
+             for k in ("soak_callers", "soak_s", "input_frame_ms", "workers")
              if getattr(args, k, None) is not None]
     command = shlex.join(["diffvoice", "bench", "reliability", f"--{args.scale}", "--parts",
                           ",".join(parts), *extra, "--out", str(args.out)])

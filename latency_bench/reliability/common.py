@@ -4,7 +4,8 @@
 Contract:
 - `Ctx(server, prompts, twilio_token)`: `http`, `ws`, `webhook` URLs of the LocalServer.
 - `await metrics(ctx) -> dict[str, float]` (samples by name, labels folded into the name as
-  `name{k="v"}`), `await health(ctx) -> dict`.
+  `name{k="v"}`; with several server workers, summed over them), `await health(ctx) -> dict`
+  (the worker that answered).
 - `PingProbe(ctx, interval_s)`: `async with` opens one /ws call (from its own loopback IP),
   sends `ping` every interval and a 20 ms silence frame every 2 s (so idle reaping leaves it
   alone) and records round-trip times in `rtts_ms`.
@@ -79,12 +80,24 @@ def _get(url: str, timeout: float = 10.0) -> bytes:
 
 
 async def metrics(ctx: Ctx) -> dict[str, float]:
-    text = (await asyncio.to_thread(_get, ctx.http + "/metrics")).decode()
+    """One server's samples. With `serve --workers N` (ctx.settings["workers"]) that is
+    /metrics/cluster with the workers' `replica` label folded away: summed (sessions, slots,
+    tasks, fds, RSS: the whole server's), the event-loop lag as its worst worker's."""
+    workers = int(ctx.settings.get("workers") or 1)
+    path = "/metrics/cluster" if workers > 1 else "/metrics"
+    text = (await asyncio.to_thread(_get, ctx.http + path)).decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())
+                              if not (workers > 1 and k == "replica"))
+            key = f"{sample.name}{{{labels}}}" if labels else sample.name
+            if key not in out:
+                out[key] = sample.value
+            elif "lag" in sample.name:
+                out[key] = max(out[key], sample.value)
+            else:
+                out[key] += sample.value
     return out
 
 

@@ -72,7 +72,8 @@ def server_args(scale: dict[str, Any], model: str) -> list[str]:
             "--idle-timeout-s", str(scale["idle_timeout_s"]),
             "--handshake-timeout-s", str(scale["handshake_timeout_s"]),
             *(["--input-frame-ms", str(scale["input_frame_ms"])]
-              if scale.get("input_frame_ms") else [])]
+              if scale.get("input_frame_ms") else []),
+            *(["--workers", str(scale["workers"])] if (scale.get("workers") or 1) > 1 else [])]
 
 
 _LOG_PATTERNS = {

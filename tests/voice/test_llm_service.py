@@ -21,7 +21,12 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 from voice_fixtures import RANDOM_LLM
 
-from diffvoice.voice.llm_service import BUSY_REPLY, DiffusionLLMService, context_to_messages
+from diffvoice.voice.llm_service import (
+    BUSY_REPLY,
+    EMPTY_REPLY,
+    DiffusionLLMService,
+    context_to_messages,
+)
 
 SYSTEM = "Answer in one short sentence."
 USER = [{"role": "user", "content": "What time do you open?"}]
@@ -135,9 +140,10 @@ async def test_overloaded_engine_gets_a_spoken_apology(tmp_path):
         engine.close()
 
 
-async def test_an_answer_with_nothing_to_speak_is_logged():
+async def test_an_answer_with_nothing_to_speak_is_logged_and_asks_again():
     """Issue 12, problem 8: a final transcript whose answer has no text must leave a log line
-    (under fuzz load 4 of 34 calls got a transcript, no answer, and nothing was logged)."""
+    (under fuzz load 4 of 34 calls got a transcript, no answer, and nothing was logged), and
+    the caller hears a request to repeat instead of silence (1 of 256 soak turns)."""
     from loguru import logger
 
     class _SilentEngine:
@@ -155,8 +161,10 @@ async def test_an_answer_with_nothing_to_speak_is_logged():
     sink = logger.add(lambda m: seen.append(str(m)), level="WARNING")
     try:
         llm = DiffusionLLMService(_SilentEngine(), system_prompt=SYSTEM)
-        await run_test(llm, frames_to_send=[LLMContextFrame(LLMContext(messages=list(USER)))])
+        down, _ = await run_test(
+            llm, frames_to_send=[LLMContextFrame(LLMContext(messages=list(USER)))])
     finally:
         logger.remove(sink)
+    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [EMPTY_REPLY]
     assert any("produced no text to speak" in line and "finish_reason=stop" in line
                for line in seen), seen

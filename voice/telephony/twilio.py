@@ -103,8 +103,12 @@ def _log_writer(state, path: str | None) -> Callable[[dict], None]:
 
 def _at_capacity(state) -> bool:
     limit = getattr(state.config, "max_sessions", None)
+    if limit is None:
+        return False
+    if hasattr(state, "sessions_open"):  # every worker's calls with serve --workers
+        return state.sessions_open() >= limit
     active = getattr(state, "active_sessions", None)
-    return limit is not None and active is not None and len(active) >= limit
+    return active is not None and len(active) >= limit
 
 
 def append_jsonl(path: str | None, record: dict) -> None:

@@ -121,7 +121,7 @@ class BrowserSession:
             return protocol.ProtocolError(
                 "unauthorized", "this server needs an API key: send 'Authorization: Bearer "
                 "<key>' or connect to /ws?token=<token from POST /session-token>")
-        if len(self.state.active_sessions) >= config.max_sessions:
+        if self.state.sessions_open() >= config.max_sessions:
             return protocol.ProtocolError("overloaded", "too many sessions, try later")
         if not self.state.client_slots.acquire(self.client_ip):
             return protocol.ProtocolError(

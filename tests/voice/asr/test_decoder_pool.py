@@ -100,3 +100,16 @@ def test_bad_bounds_are_refused():
         DecoderPool(size=0, max_idle=5, max_total=2)
     with pytest.raises(ValueError, match="size"):
         DecoderPool(size=3, max_idle=2, max_total=4)
+
+
+def test_prewarm_builds_up_to_max_idle_and_the_first_calls_build_nothing(fake_decoders):
+    pool = DecoderPool(size=1, max_idle=3, max_total=5)
+    assert pool.prewarm() == 2 and pool.idle == 3 and pool.total == 3 == pool.created
+    assert pool.prewarm() == 0  # already warm
+    held = [pool.acquire() for _ in range(3)]
+    assert pool.created == 3  # three calls at once: no build while they wait
+    assert pool.prewarm(10) == 2 and pool.idle == 2 and pool.total == 5  # capped by max_total
+    assert pool.prewarm() == 0
+    for decoder in held:
+        pool.release(decoder)
+    assert pool.total == 5
