@@ -161,3 +161,49 @@ async def test_a_lagging_vad_never_counts_silence_it_has_not_analysed(random_eng
     assert meaning.decisions == ["window"]
     # wall clock alone would end at 0.3 s after the stop; 0.3 s more silence takes 0.6 s here
     assert 0.6 <= meaning.waited_secs[0] < 0.6 + scaled(0.3)
+
+
+async def test_a_complete_turn_waits_for_the_vad_to_catch_up(random_engine):
+    """The fast path decides only on a VAD that has analysed the caller's audio up to now:
+    with 0.5 s of received audio not analysed yet (draining at twice real time, as a VAD
+    catching up after a stall), a complete transcript ends the turn only once the backlog is
+    under max_backlog_secs, not at the VAD stop."""
+    engine = CountingEngine(random_engine)
+    elapsed = _since_first_call()
+
+    def backlog() -> float:
+        return max(0.0, 0.5 - elapsed() * 2.0)  # 0.1 s left after 0.2 s
+
+    pipeline, llm, meaning = _pipeline(engine, window_secs=5.0, backlog=backlog,
+                                       max_backlog_secs=0.1)
+    frames = _one_segment("what time do you open on saturday")
+    await run_test(pipeline, frames_to_send=frames)
+    assert meaning.decisions == ["fast"]
+    assert 0.2 <= meaning.waited_secs[0] < 0.2 + scaled(0.3)
+
+
+async def test_speech_found_in_the_backlog_keeps_the_turn_open(random_engine):
+    """The VAD stops at a pause, the transcript so far looks complete and its draft is ready,
+    but the VAD is behind: once it analyses the rest it hears the caller go on, and there is
+    one turn with the whole sentence (without the backlog test the turn ended at the pause)."""
+    engine = CountingEngine(random_engine)
+    elapsed = _since_first_call()
+
+    def backlog() -> float:  # behind until the caller's resumed speech is analysed at 0.35 s
+        return 0.0 if elapsed() >= 0.35 else 0.4
+
+    pipeline, llm, meaning = _pipeline(engine, window_secs=5.0, backlog=backlog)
+    frames = [
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        InterimTranscriptionFrame("i need a cleaning", "u", "now"), SleepFrame(scaled(0.1)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("i need a cleaning.", "u", "now"),
+        SleepFrame(0.3),
+        VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+        InterimTranscriptionFrame("on tuesday morning", "u", "now"), SleepFrame(scaled(0.2)),
+        VADUserStoppedSpeakingFrame(), TranscriptionFrame("on tuesday morning", "u", "now"),
+        SleepFrame(scaled(1.5)),
+    ]  # fmt: skip
+    down, _ = await run_test(pipeline, frames_to_send=frames)
+    assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
+    used = llm.last_answer.turn.used
+    assert used is not None and used.text == "i need a cleaning. on tuesday morning"

@@ -2,10 +2,10 @@
 
 One server process does every call's audio plumbing on one event-loop thread under one
 interpreter lock; on the project's 2-core CPU that thread is full at about 16 callers
-(docs/reliability.md) while the second core is half idle. `--workers N` runs N whole servers
-(engine + ASR + TTS + calls each, like a Ray Serve replica, docs/scaling.md) that accept from
-the same socket: the kernel hands each new connection to whichever worker calls accept() first,
-so a busy worker takes fewer new calls. There is no proxy in the audio path.
+(docs/reliability.md) while the machine as a whole is not (1.4 of 2 cores busy with 32 callers
+on one process). `--workers N` runs N whole servers (engine + ASR + TTS + calls each, like a
+Ray Serve replica, docs/scaling.md) that accept from the same socket: the kernel hands each new
+connection to whichever worker calls accept() first. There is no proxy in the audio path.
 
 Contract:
 - `run_workers(config) -> int` (what `diffvoice serve` runs when config.workers > 1): binds
