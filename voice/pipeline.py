@@ -173,8 +173,6 @@ def build_pipeline(
         speech_end=lambda: vad.last_speech_t, hearing_speech=lambda: vad.hearing_speech,
         silence_heard=lambda: vad.silence_secs,
         draft_ready=llm.drafts.drafting if llm.drafts is not None else None,
-        backlog=((lambda: transport_in.received_secs - vad.analysed_secs)
-                 if isinstance(transport_in, VadAlignedInput) else (lambda: 0.0)),
     )  # fmt: skip
     aggregators = LLMContextAggregatorPair(
         context,

@@ -67,11 +67,6 @@ class SpeechTrackingVAD(SharedSileroVAD):  # one ONNX session for every call (vo
         return self._analysed / (self.sample_rate or 16000) - self.last_speech_pos_s
 
     @property
-    def analysed_secs(self) -> float:
-        """Caller audio the VAD has analysed so far (stream time)."""
-        return self._analysed / (self.sample_rate or 16000)
-
-    @property
     def hearing_speech(self) -> bool:
         """The analyser is not QUIET: speech it has not confirmed (STARTING) or still hears."""
         return self._vad_state is not VADState.QUIET

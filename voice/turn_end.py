@@ -7,12 +7,8 @@ decides, polling every 10 ms:
 * the caller resumed (VAD start) -> nothing ends; speech the VAD hears but has not confirmed yet
   (`hearing_speech()`, the analyser's STARTING state) holds the decision back too;
 * a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on: a
-  draft for exactly this text is running or done, voice.drafting) and the VAD has analysed the
-  caller's audio up to now (`backlog()`, the received but not yet analysed seconds, at most
-  `max_backlog_secs`) -> the turn ends now (fast path; the draft is promoted and streams as
-  soon as it has text). Without that last test a VAD lagging behind under load let the fast
-  path end the turn at a pause the caller had already spoken past (a 32-caller soak: 2.4% of
-  browser turns ended 2-3 times during one prompt);
+  draft for exactly this text is running or done, voice.drafting) -> the turn ends now (fast
+  path; the draft is promoted and streams as soon as it has text);
 * `window_secs` of silence after the caller's last speech with a transcript in -> the turn ends
   (the full window: pauses inside a sentence, "what time, um, do you open", stay within it).
   The silence is counted in stream time when `silence_heard()` gives it (the VAD's analysed
@@ -88,8 +84,6 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         hearing_speech: Callable[[], bool] = lambda: False,
         silence_heard: Callable[[], float | None] = lambda: None,
         draft_ready: Callable[[str], bool] | None = None,
-        backlog: Callable[[], float] = lambda: 0.0,
-        max_backlog_secs: float = 0.1,
         complete: Callable[[str], bool] = looks_complete,
         transcript_timeout_secs: float = 3.0,
         clock: Callable[[], float] = time.time,
@@ -104,8 +98,6 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._hearing_speech = hearing_speech
         self._silence_heard = silence_heard
         self._draft_ready = draft_ready
-        self._backlog = backlog
-        self._max_backlog = max_backlog_secs
         self._complete = complete
         self._transcript_timeout = transcript_timeout_secs
         self._clock = clock
@@ -168,7 +160,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._text and not held:
                 if self._complete(self._text) and (
                     self._draft_ready is None or self._draft_ready(self._text)
-                ) and self._backlog() <= self._max_backlog:
+                ):
                     return await self._end("fast", now - stop_t)
                 if window_over:
                     return await self._end("window", now - stop_t)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diffvoice.latency_bench.reliability.common import Ctx, health, task_names
+from diffvoice.latency_bench.reliability.common import Ctx, check, health, task_names
 
 PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
 
@@ -81,6 +81,7 @@ _LOG_PATTERNS = {
     "task_destroyed_pending": r"Task was destroyed but it is pending",
     "pipeline_shutdown_timeouts": r"pipeline shutdown",
     "errors_logged": r"\| ERROR ",
+    "worker_restarts": r"exited with .*: restarting it",  # serve --workers (voice.scale.workers)
 }
 
 
@@ -133,9 +134,19 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
         ctx.settings = {"model_name": info["model"], **scale}
         out["server"] = {k: info.get(k) for k in ("model", "asr", "tts", "stop_secs",
                                                   "max_sessions")}
+        restarts = 0
         for name in parts:
             out["parts"][name] = await _part(name, ctx, scale)
             load[f"after_{name}"] = [round(x, 2) for x in os.getloadavg()]
+            # a worker that died and was restarted (serve --workers) is a crash too
+            text = server.log_path.read_text(errors="replace") if server.log_path else ""
+            now = len(re.findall(_LOG_PATTERNS["worker_restarts"], text))
+            exited = server.process.poll() if server.process is not None else None
+            out["parts"][name].setdefault("checks", []).append(check(
+                "the server (every worker) stayed up", now == restarts and exited is None,
+                f"{now - restarts} worker restarts" + (f", server exited {exited}"
+                                                       if exited is not None else "")))
+            restarts = now
         log = server.log_path.read_text(errors="replace") if server.log_path else ""
         died = server.process.poll() if server.process is not None else None
         kept = {}

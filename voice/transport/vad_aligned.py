@@ -16,10 +16,6 @@ decisions. ASR hears at most 20 ms of audio later.
 `windows_per_frame` (ServeConfig.input_frame_ms / 32, default 1) groups that many windows into
 one frame: half the hops again at 2 (64 ms), for a speech or silence decision up to 32 ms later
 (the VAD decides on the frame's windows when the frame arrives).
-
-`received_secs` is the caller audio this transport has pushed on so far (stream time): beside
-the VAD's analysed position it tells how far the analysis lags behind the caller (voice.turn_end
-does not end a turn early on a VAD that has not heard the latest audio yet).
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ class VadAlignedInput:
         super().__init__(*args, **kwargs)
         self._pending = bytearray()
         self._pending_format: tuple[int, int] | None = None
-        self.received_secs = 0.0
 
     async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
         fmt = (frame.sample_rate, frame.num_channels)
@@ -54,6 +49,5 @@ class VadAlignedInput:
         rate, channels = self._pending_format
         audio = bytes(self._pending[:nbytes])
         del self._pending[:nbytes]
-        self.received_secs += nbytes / (2 * channels * rate)
         await super().push_audio_frame(
             InputAudioRawFrame(audio=audio, sample_rate=rate, num_channels=channels))

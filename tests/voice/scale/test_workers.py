@@ -208,13 +208,19 @@ async def test_a_killed_worker_is_restarted_and_its_slots_released(two_workers):
         await ws.close()
 
 
-def test_sigterm_stops_every_worker(two_workers):
-    pids = set()
+def _worker_pids(server) -> set[int]:
+    """Both workers' pids (/workers answers from whichever worker accepts)."""
+    pids: set[int] = set()
     for _ in range(40):
-        pids.add(json.loads(_get(two_workers, "/workers"))["pid"])
+        pids.add(json.loads(_get(server, "/workers"))["pid"])
         if len(pids) == 2:
             break
-    assert len(pids) == 2
+    assert len(pids) == 2, pids
+    return pids
+
+
+def test_sigterm_stops_every_worker(two_workers):
+    pids = _worker_pids(two_workers)
     two_workers.process.send_signal(signal.SIGTERM)
     assert two_workers.process.wait(timeout=scaled(60)) == 0
     for pid in pids:
@@ -237,12 +243,7 @@ def test_workers_die_with_a_killed_supervisor():
 
     with LocalServer(["--workers", "2", "--api-only", "--device", "cpu"],
                      start_timeout_s=scaled(300)) as server:
-        pids = set()
-        for _ in range(40):
-            pids.add(json.loads(_get(server, "/workers"))["pid"])
-            if len(pids) == 2:
-                break
-        assert len(pids) == 2
+        pids = _worker_pids(server)
         server.process.kill()  # SIGKILL: the supervisor cannot stop its workers itself
         server.process.wait(timeout=scaled(30))
         assert all(_gone(pid, scaled(30)) for pid in pids), "orphaned workers left running"
