@@ -105,13 +105,26 @@ class SharedAdmission:
         return None
 
     def _insert_at(self, k: int, key: int) -> int | None:
+        """The entry for `key` in worker k's row: its own if present, else the first entry of
+        its probe chain whose count is 0 (an IP that holds nothing: reused, so the row never
+        fills with IPs long gone), else the empty entry that ends the chain."""
         base, start = k * SLOTS, key % SLOTS
+        reusable = None
         for step in range(SLOTS):
             i = base + (start + step) % SLOTS
-            if self._keys[i] in (key, _EMPTY):
-                self._keys[i] = key
+            if self._keys[i] == key:
                 return i
-        return None
+            if self._keys[i] == _EMPTY:
+                break
+            if reusable is None and self._counts[i] == 0:
+                reusable = i
+        else:
+            i = None
+        if reusable is not None:
+            i = reusable
+        if i is not None:
+            self._keys[i] = key
+        return i
 
 
 class WorkerAdmission:
@@ -141,8 +154,7 @@ class WorkerAdmission:
             if i is None:
                 return
             s._counts[i] = max(0, s._counts[i] - 1)
-            # entries stay (a probe chain must not break); a count of 0 is free for reuse by
-            # the same IP, and the table is as large as a worker's sessions can ever need
+            # the entry stays (a probe chain must not break); at count 0 any IP may reuse it
 
     def held(self) -> int:
         s, base = self._shared, self.worker * SLOTS

@@ -247,3 +247,22 @@ def test_workers_die_with_a_killed_supervisor():
         server.process.kill()  # SIGKILL: the supervisor cannot stop its workers itself
         server.process.wait(timeout=scaled(30))
         assert all(_gone(pid, scaled(30)) for pid in pids), "orphaned workers left running"
+
+
+def test_thousands_of_distinct_ips_never_fill_the_table():
+    """Every fuzz input comes from its own address: IPs that hold nothing any more must not use
+    up a worker's table (the first 2-worker fuzz run refused every call after ~1,000 IPs)."""
+    from diffvoice.voice.scale.workers import SLOTS
+
+    shared = SharedAdmission(2, 2)
+    view = shared.for_worker(0)
+    keep = [f"10.9.0.{i}" for i in range(20)]  # some IPs hold a slot all along
+    for ip in keep:
+        assert view.acquire(ip)
+    for n in range(SLOTS * 5):
+        ip = f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        assert view.acquire(ip), f"refused the {n}th distinct IP"
+        view.release(ip)
+    assert view.held() == len(keep)
+    for ip in keep:  # still counted: a third session of each is refused only at the cap
+        assert view.acquire(ip) and not view.acquire(ip)
