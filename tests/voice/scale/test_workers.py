@@ -133,11 +133,11 @@ async def _open(url: str, source_ip: str = "127.0.0.1"):
         return None, (ws.close_code, ws.close_reason)
 
 
-async def _until(predicate, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _until(predicate, what: str, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+            raise AssertionError(f"not within {within_s:.0f} s: {what}")
         await asyncio.sleep(0.2)
 
 
