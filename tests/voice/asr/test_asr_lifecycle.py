@@ -8,14 +8,13 @@ import asyncio
 import threading
 import time
 
-import pytest
 from fake_whisper import FakeRunner
 from pipecat.frames.frames import TranscriptionFrame, VADUserStartedSpeakingFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.workers.runner import WorkerRunner
 from streaming_helpers import Heard, audio_frames, tone
-from voice_fixtures import scaled
+from voice_fixtures import POCKETSPHINX_WHERE_FLAKY, scaled
 
 from diffvoice.voice.asr.pass_budget import PassBudget
 from diffvoice.voice.asr.whisper_stt import StreamingOptions, WhisperSTT
@@ -101,12 +100,7 @@ async def test_final_pass_waiting_for_a_slot_gives_up_when_the_call_ends():
     assert runner.calls == [] and budget.ran == 0
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "pocketsphinx hears espeak-ng 'where are you located' as 'when are you like that' on the "
-    "2026-12-02 build machine (espeak-ng CLI + sox and library + soxr audio alike; mean word "
-    "recall 0.54 over 8 receptionist questions), also at c134cb8, whose CI passed on an "
-    "earlier machine; cause not found (a pooled decoder keeps pocketsphinx's running CMN "
-    "across utterances, so what it heard before may matter)"))
+@POCKETSPHINX_WHERE_FLAKY
 async def test_hang_up_mid_segment_returns_the_pocketsphinx_decoder(speech, pocketsphinx_backend):
     backend = pocketsphinx_backend
     pool = backend.model

