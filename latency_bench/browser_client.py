@@ -43,6 +43,7 @@ from diffvoice.voice.transport import protocol
 
 FRAME_SAMPLES = SAMPLE_RATE // 50          # 20 ms
 SILENCE = bytes(2 * FRAME_SAMPLES)
+TIMELINE_MAX = 60                          # events kept per turn (bounded evidence)
 
 
 class _State:
@@ -57,8 +58,16 @@ class _State:
         self.bot_text: list[str] = []
         self.bot_speaking = False
         self.bot_spoke = False
+        self.timeline: list[list] = []
+        self.turn_t0 = time.time()
+
+    def note(self, now: float, what: str) -> None:
+        if len(self.timeline) < TIMELINE_MAX:
+            self.timeline.append([round(now - self.turn_t0, 3), what])
 
     def start_turn(self) -> None:
+        self.timeline = []
+        self.turn_t0 = time.time()
         self.playout.start_turn()
         self.latencies = []
         self.latency_times = []
@@ -72,23 +81,36 @@ async def _read(ws: Any, state: _State) -> None:
         async for message in ws:
             now = time.time()
             if isinstance(message, bytes):
+                if state.playout.last_frame_t is None:
+                    state.note(now, "first bot audio frame")
                 state.playout.push(np.frombuffer(message, dtype="<i2"), now)
                 continue
             event = protocol.decode_server(message)
             if isinstance(event, protocol.Transcript) and event.final:
                 # one final per speech segment: a turn with pauses has several
                 state.transcript = f"{state.transcript or ''} {event.text}".strip()
+                state.note(now, f"transcript {event.text!r}")
             elif isinstance(event, protocol.BotText):
                 state.bot_text.append(event.text)
+                state.note(now, f"bot.text {event.text[:60]!r}")
             elif isinstance(event, protocol.BotStartedSpeaking):
                 state.bot_speaking = state.bot_spoke = True
+                state.note(now, "bot.started_speaking")
             elif isinstance(event, protocol.BotStoppedSpeaking):
                 state.bot_speaking = False
+                state.note(now, "bot.stopped_speaking")
             elif isinstance(event, protocol.PlaybackFlush):
                 state.playout.flush(now)
+                state.note(now, "playback.flush")
             elif isinstance(event, protocol.Latency):
-                state.latencies.append(event.to_dict())
+                fields = event.to_dict()
+                state.latencies.append(fields)
                 state.latency_times.append(now)
+                state.note(now, f"latency: user_turn_ends {fields.get('user_turn_ends')}, "
+                                f"speech_end_t {_rel(fields.get('speech_end_t'), state)}, "
+                                f"vad_stop_t {_rel(fields.get('vad_stop_t'), state)}, "
+                                f"turn_end_t {_rel(fields.get('turn_end_t'), state)}, "
+                                f"user_text {fields.get('user_text', '')[:80]!r}")
             elif isinstance(event, protocol.Error):
                 state.error = f"server error {event.code}: {event.message}"
     except ConnectionClosed as exc:
@@ -97,6 +119,10 @@ async def _read(ws: Any, state: _State) -> None:
         state.error = f"undecodable server message: {exc}"
     else:
         state.error = state.error or "connection closed by the server"
+
+
+def _rel(t: Any, state: _State) -> float | None:
+    return round(t - state.turn_t0, 3) if isinstance(t, int | float) else None
 
 
 def _turn_over(state: _State, now: float, quiet_s: float) -> bool:
@@ -146,6 +172,7 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     state.start_turn()
     pacer.take_lag_s()
     result.speech_end_t = await _stream_prompt(pacer, prompt)
+    state.note(result.speech_end_t, "caller's speech ended (from the audio)")
     # an answer inside the prompt's trailing silence is fine; before its last speech it is not
     early = [i for i, t in enumerate(state.latency_times) if t < result.speech_end_t]
     if early:
@@ -177,6 +204,7 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     result.first_audible_t = state.playout.first_audible_t
     result.last_frame_t = state.playout.last_frame_t
     result.last_audible_end_t = state.playout.last_audible_end_t
+    result.timeline = sorted(state.timeline)
     if state.latencies:
         result.server = state.latencies[0]
         turn_end_t = result.server.get("turn_end_t")

@@ -15,6 +15,10 @@ Contract:
   All times are epoch seconds (`time.time()`); a loopback client shares the server's clock.
 - `premature_eot`: the server ended the user turn (latency event, bot audio, or its turn_end_t)
   before the prompt's last speech — the caller was cut off; such a turn is also an "error".
+- `timeline`: what the client received during the turn, as [seconds since the prompt began
+  streaming, what] pairs (browser protocol: final transcripts, bot text, bot started / stopped,
+  flushes, latency events with their user_turn_ends, the first bot audio frame): the evidence a
+  failed turn is reported with.
 - `to_dict()` is the JSON form stored in a report's optional `turns` list.
 
 Knows nothing about sockets, protocols or report files.
@@ -52,6 +56,8 @@ class TurnResult:
     voice: str | None = None                                # the prompt's espeak-ng voice
     premature_eot: bool = False                             # the server answered or ended the
                                                             # turn before the prompt's last speech
+    timeline: list = field(default_factory=list)            # [s since the prompt began, event]
+                                                            # as the client saw them (browser)
 
     def fail(self, status: str, message: str) -> None:
         if status not in ("error", "timeout"):

@@ -46,6 +46,8 @@ without the `_ms` suffix; the /v1 API's request metrics are voice/openai_api/met
                                               "idle") and built / discarded since start
                                               ("built", "discarded"; a build holds the
                                               interpreter lock ~0.5 s: voice.asr.pocketsphinx_stt)
+                                              and segments that waited for a busy one
+                                              instead of building ("waited")
     process_resident_memory_bytes, process_open_fds, ...   prometheus_client's ProcessCollector
     (the three server gauges are refreshed by `observe_server(state)`, which GET /metrics calls)
     (an engine field missing from stats() is simply not exported)
@@ -230,7 +232,8 @@ class VoiceMetrics:
         if all(hasattr(pool, k) for k in ("total", "idle", "created", "discarded")):
             idle = pool.idle
             for label, value in (("in_use", pool.total - idle), ("idle", idle),
-                                 ("built", pool.created), ("discarded", pool.discarded)):
+                                 ("built", pool.created), ("discarded", pool.discarded),
+                                 ("waited", getattr(pool, "waited", 0))):
                 self._decoders.labels(state=label).set(value)
 
     def bind_engine(self, engine: Any) -> None:

@@ -21,6 +21,7 @@ import time
 
 from pipecat.audio.vad.vad_analyzer import VADState
 
+from diffvoice.voice.lag_watch import LagWatch
 from diffvoice.voice.vad import SharedSileroVAD
 
 
@@ -33,10 +34,12 @@ class SpeechTrackingVAD(SharedSileroVAD):  # one ONNX session for every call (vo
         self._analysed = 0  # samples whose windows were analysed
         self._arrival_t = 0.0
         self._confidence = 0.0
+        self._lag = LagWatch("VAD", self)
 
     def _run_analyzer(self, buffer: bytes) -> VADState:
         self._arrival_t = time.time()
         self._received += len(buffer) // 2
+        self._lag.stream(self._received, self.sample_rate or 16000)
         return super()._run_analyzer(buffer)
 
     def voice_confidence(self, buffer) -> float:

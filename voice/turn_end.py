@@ -15,8 +15,11 @@ decides, polling every 10 ms:
   audio since its last speech window, confirmed or not: a short "um" the VAD never confirmed
   restarts it, and a VAD lagging behind under load never counts silence it has not analysed);
   else in wall-clock time from `speech_end()` (VAD stop - stop_secs if unknown);
-* no transcript `transcript_timeout_secs` after that -> nothing (noise is not a turn; pipecat's
-  own stop watchdog still applies).
+* a transcript in, but the VAD has not analysed the window's silence by
+  `transcript_timeout_secs` after the wall-clock window -> the turn ends ("late": a VAD that far
+  behind, or audio that stopped coming, must not leave the caller without an answer);
+* no transcript `transcript_timeout_secs` after the window -> nothing (noise is not a turn;
+  pipecat's own stop watchdog still applies).
 `looks_complete` is a small heuristic: at least two words, not ending on a filler, a
 conjunction, an article, a preposition or a trailing comma, and a question that opens with a
 question word has a verb ("what time" / "how much" are not questions yet). Knows nothing about
@@ -104,7 +107,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text = ""
         self._vad_speaking = False
         self._task: asyncio.Task | None = None
-        self.decisions: list[str] = []  # "fast" / "window" per ended turn (tests, debugging)
+        self.decisions: list[str] = []  # "fast" / "window" / "late" per ended turn
         self.waited_secs: list[float] = []  # VAD stop -> turn end, per ended turn
 
     async def handle_user_turn_started(self):
@@ -164,8 +167,12 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
                     return await self._end("fast", now - stop_t)
                 if window_over:
                     return await self._end("window", now - stop_t)
-            if now >= give_up and not held:
-                logger.debug(f"{self}: no transcript {now - stop_t:.2f} s after the VAD stop")
+                if now >= give_up:  # the VAD is that far behind the wall clock, or stalled
+                    logger.info(f"{self}: the VAD heard {silence or 0:.2f} s of silence in "
+                                f"{now - last_speech:.2f} s; ending the turn on the clock")
+                    return await self._end("late", now - stop_t)
+            if now >= give_up and not held and not self._text:
+                logger.info(f"{self}: no transcript {now - stop_t:.2f} s after the VAD stop")
                 self._task = None
                 return
             await asyncio.sleep(POLL_SECS)

@@ -20,7 +20,7 @@ TITLES = {
 }
 ORDER = ("fuzz", "isolation", "soak", "storm", "admission", "memory")
 _HIDE = {"checks", "samples", "families", "curve", "cancel_passes", "barge_delays_s", "idle",
-         "media_calls", "mismatch_examples", "error_examples"}
+         "media_calls", "mismatch_examples", "error_examples", "failed_turns"}
 
 
 def _figures(result: dict[str, Any]) -> list[str]:

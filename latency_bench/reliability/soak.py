@@ -56,9 +56,11 @@ LAG_MAX = 'diffvoice_event_loop_lag_seconds{stat="max"}'
 SAMPLED = (RSS, "process_open_fds", "diffvoice_event_loop_tasks", "diffvoice_active_sessions",
            "diffvoice_engine_running_requests", "diffvoice_engine_queue_depth",
            "diffvoice_engine_callers", 'diffvoice_asr_decoders{state="in_use"}',
-           'diffvoice_asr_decoders{state="built"}', LAG_MEAN, LAG_MAX)
+           'diffvoice_asr_decoders{state="built"}', 'diffvoice_asr_decoders{state="waited"}',
+           LAG_MEAN, LAG_MAX)
 RSS_GOAL = 0.05
 END_BOUND_S = 240.0  # after soak_s, calls in progress get this long to finish their turns
+FAILED_KEPT = 40  # failed turns reported with their evidence (prompt, transcript, timeline)
 IP_BLOCK = 15_000  # loopback addresses per load-generator process (blocks 1, 2, ...)
 
 
@@ -233,6 +235,12 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     single = (end_sample[RSS] - warm[RSS]) / warm[RSS] if warm.get(RSS) else None
     growth, warm_peak, end_peak = rss_growth(samples, warmup, duration)
     errors = [f"{t.status}: {t.message}" for t in turns if t.status != "ok"]
+    failed = [{"session": t.session, "turn": t.turn, "prompt": t.prompt, "voice": t.voice,
+               "at_s": round(t.speech_end_t - t0, 1) if t.speech_end_t else None,
+               "status": t.status, "message": t.message, "transcript": t.transcript,
+               "bot_text": t.bot_text[:200],
+               "timeline": t.timeline}
+              for t in turns if t.status != "ok"][:FAILED_KEPT]
     errors += [f"cut: still open {END_BOUND_S:.0f} s after the soak's end"] * cut
     duty = speech_s / (scale["soak_callers"] * wall)
     checks = [
@@ -249,7 +257,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     return {"callers": scale["soak_callers"], "duration_s": duration, "wall_s": round(wall, 1),
             "load_processes": procs, "ramp_s": scale["soak_ramp_s"],
             "warmup_s": warmup, "turns": len(turns), "errors": len(errors),
-            "error_examples": errors[:5], "cut_turns": cut,
+            "error_examples": errors[:5], "failed_turns": failed, "cut_turns": cut,
             "duty_cycle_speech": round(duty, 3),
             "pause_s": scale["soak_pause_s"], "turns_per_call": scale["soak_call_turns"],
             "client_worst_pacing_lag_ms": worst_lag_ms,

@@ -94,6 +94,17 @@ async def test_scripted_peer_delays_and_failures():
     assert stages["voice_to_voice_ms"] == pytest.approx(REPLY_DELAY_S * 1000, abs=60)
     assert stages["endpointing_ms"] == pytest.approx(ENDPOINTING_S * 1000, abs=40)
     assert stages["server_ms"] == 200.0 and stages["asr_ms"] == 50.0
+    # the turn's evidence, in time order: speech end (1.0 s into the prompt), the latency event
+    # REPLY_DELAY_S later, then the answer
+    events = [what for _, what in first.timeline]
+    times = [t for t, _ in first.timeline]
+    assert times == sorted(times)
+    assert events[0] == "caller's speech ended (from the audio)"
+    assert times[0] == pytest.approx(1.0, abs=0.1)
+    latency = next(i for i, e in enumerate(events) if e.startswith("latency: "))
+    assert events[latency + 1:latency + 3] == ["bot.started_speaking", "first bot audio frame"]
+    assert times[latency] - times[0] == pytest.approx(REPLY_DELAY_S, abs=0.15)
+    assert "bot.stopped_speaking" in events[latency:]
     assert resumed.status == "error" and "while the caller was speaking" in resumed.message
     assert resumed.stages(shared_clock=True) == {}       # no latency from a spoiled turn
     assert closed.status == "error" and "internal" in closed.message

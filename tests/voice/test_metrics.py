@@ -106,9 +106,10 @@ def test_pocketsphinx_decoder_pool_gauges(monkeypatch):
     held = [pool.acquire() for _ in range(3)]
     pool.release(held.pop())
     pool.release(held.pop())  # a second idle one: beyond max_idle, idle >= 0 s, discarded
+    pool.waited = 2  # (set by voice.asr.pocketsphinx_stt.wait_for_idle)
     metrics = VoiceMetrics()
     metrics.observe_server(SimpleNamespace(asr=SimpleNamespace(model=pool)))
     text = metrics.render()[0].decode()
     got = {s.labels["state"]: s.value for f in text_string_to_metric_families(text)
            if f.name == "diffvoice_asr_decoders" for s in f.samples}
-    assert got == {"in_use": 1.0, "idle": 1.0, "built": 3.0, "discarded": 1.0}
+    assert got == {"in_use": 1.0, "idle": 1.0, "built": 3.0, "discarded": 1.0, "waited": 2.0}

@@ -161,3 +161,17 @@ async def test_a_lagging_vad_never_counts_silence_it_has_not_analysed(random_eng
     assert meaning.decisions == ["window"]
     # wall clock alone would end at 0.3 s after the stop; 0.3 s more silence takes 0.6 s here
     assert 0.6 <= meaning.waited_secs[0] < 0.6 + scaled(0.3)
+
+
+async def test_a_stalled_vad_still_ends_a_turn_that_has_its_transcript(random_engine):
+    """The VAD stops analysing after its stop (its stream-time silence never grows, as under a
+    multi-second stall or when the caller's audio stops coming): with a transcript in, the turn
+    ends transcript_timeout_secs after the wall-clock window instead of never."""
+    engine = CountingEngine(random_engine)
+    pipeline, llm, meaning = _pipeline(engine, window_secs=0.4, silence_heard=lambda: 0.2,
+                                       transcript_timeout_secs=0.5)
+    frames = _one_segment("how much")  # incomplete: only the window could end it
+    await run_test(pipeline, frames_to_send=frames)
+    assert meaning.decisions == ["late"]
+    # speech ended 0.2 s before the stop: window at 0.2 s after it, + 0.5 s timeout
+    assert 0.7 <= meaning.waited_secs[0] < 0.7 + scaled(0.4)

@@ -19,6 +19,13 @@ that until they have been idle `idle_secs` (the most recently returned one is re
 the surplus ages out). So a burst's decoders serve the next burst instead of being rebuilt
 (the 32-caller soak rebuilt one every ~20 s when the surplus was discarded at once), and memory
 still shrinks back after a quiet spell (issue 12: the old pool only grew).
+
+A segment that finds every decoder busy first waits up to `build_wait_secs` (default 1 s)
+for one to come back (`try_acquire`, polled from the event loop: no thread waits) and only then
+builds one. Its audio is buffered meanwhile and fed in a burst when a decoder is free, so
+the wait delays its transcript by at most that long, where a build would freeze every call in
+the process for 0.4-0.9 s (a 2-worker 32-caller soak built 3 decoders mid-call in 10 minutes;
+event-loop stalls of 0.74-1.27 s came with them).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ POCKETSPHINX_TTFS_P99_CPU = 1.0
 # (measured: 200 ms batches up to ~200 ms, 20 ms ones ~1 ms p50 / ~25 ms max), and between calls
 # the event loop gets the GIL back
 FEED_BYTES = 1280
+DECODER_POLL_SECS = 0.02  # a segment waiting for a busy decoder checks this often
 
 
 class DecoderPool:
@@ -50,6 +58,7 @@ class DecoderPool:
         max_total: int = 32,
         acquire_timeout_secs: float = 30.0,
         idle_secs: float = 120.0,
+        build_wait_secs: float = 1.0,
         clock=time.monotonic,
         **decoder_kwargs: Any,
     ) -> None:
@@ -61,6 +70,10 @@ class DecoderPool:
         self.max_total = max_total
         self.acquire_timeout_secs = acquire_timeout_secs
         self.idle_secs = idle_secs
+        if not build_wait_secs >= 0:
+            raise ValueError(f"build_wait_secs must be >= 0, got {build_wait_secs}")
+        self.build_wait_secs = build_wait_secs
+        self.waited = 0  # acquisitions that waited for a busy decoder instead of building
         self._clock = clock
         self._kwargs = {"samprate": 16000, "loglevel": "FATAL", **decoder_kwargs}
         self._cond = threading.Condition()
@@ -101,6 +114,12 @@ class DecoderPool:
     def idle(self) -> int:
         with self._cond:
             return len(self._free)
+
+    def try_acquire(self):
+        """An idle decoder, or None when every decoder is busy (never builds, never waits)."""
+        with self._cond:
+            self._age_out()
+            return self._free.pop()[0] if self._free else None
 
     def acquire(self):
         deadline = time.monotonic() + self.acquire_timeout_secs
@@ -156,6 +175,23 @@ class DecoderPool:
             self.release(decoder)
 
 
+async def wait_for_idle(pool: DecoderPool):
+    """An idle decoder of `pool`, waiting up to `pool.build_wait_secs` for a busy one to come
+    back (polled on the event loop, no thread held); None if none came."""
+    decoder = pool.try_acquire()
+    if decoder is not None or pool.build_wait_secs <= 0:
+        return decoder
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + pool.build_wait_secs
+    while decoder is None and loop.time() < give_up:
+        await asyncio.sleep(DECODER_POLL_SECS)
+        decoder = pool.try_acquire()
+    if decoder is not None:
+        with pool._cond:
+            pool.waited += 1
+    return decoder
+
+
 def _hyp_text(decoder) -> str:
     hyp = decoder.hyp()
     return hyp.hypstr.strip() if hyp is not None else ""
@@ -180,7 +216,10 @@ class PocketsphinxSTT(StreamingSegmentSTT):
             if not future.cancelled() and future.exception() is None:
                 _Lease(pool, future.result()).give_back()
 
-        lease = _Lease(pool, await self._in_thread(pool.acquire, release_abandoned))
+        decoder = await wait_for_idle(pool)  # rather than build one (a build freezes the loop)
+        if decoder is None:
+            decoder = await self._in_thread(pool.acquire, release_abandoned)
+        lease = _Lease(pool, decoder)
         thread_busy = False
 
         async def in_thread(fn):

@@ -207,7 +207,9 @@ def load_pocketsphinx(
     # (issue 12 isolation); measured on the 24 espeak receptionist prompts: WER 24.3% -> 26.4%,
     # end_utt p50 150 -> 3 ms
     kwargs["fwdflat"] = False
-    pool = DecoderPool(size=1, **kwargs)
+    # 6 idle for good (built at start-up, ~40 MB each): in 2-worker 32-caller soaks a worker
+    # needed a 5th decoder at once 3 times in 10 minutes; a build mid-call froze its calls
+    pool = DecoderPool(size=1, max_idle=6, **kwargs)
     return AsrBackend(
         name=name,
         kind="pocketsphinx",

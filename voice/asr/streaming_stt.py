@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.stt_service import STTService
 from pipecat.utils.time import time_now_iso8601
 
+from diffvoice.voice.lag_watch import LagWatch
+
 T = TypeVar("T")
 
 # Recognition work for every call runs here, not in asyncio's default pool (which TTS and others
@@ -58,6 +61,8 @@ ASR_EXECUTOR = ThreadPoolExecutor(max_workers=32, thread_name_prefix="diffvoice-
 
 LOUD_FLOOR = 10 ** (-55 / 20)  # RMS below -55 dBFS is never speech
 LOUD_RATIO = 10 ** (-26 / 20)  # a chunk 26 dB below the segment's peak counts as a pause
+LOUD_SPEECH = 10 ** (-35 / 20)  # a segment this loud with no text is logged (INFO)
+SLOW_FINAL_SECS = 1.5  # a final transcript later than this after the VAD stop is logged (INFO)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Segment:
         self.loud_until = 0  # samples
         self.peak_rms = 0.0
         self.passes = 0
+        self.closed_t: float | None = None  # monotonic time of the close (the VAD stop)
         self.last_interim = ""
         self._changed = asyncio.Event()
         self.append(pre_roll)
@@ -102,6 +108,7 @@ class Segment:
 
     def close(self, stop_secs: float) -> None:
         self.closed = True
+        self.closed_t = time.monotonic()
         self.stop_secs = stop_secs
         self._changed.set()
 
@@ -134,6 +141,7 @@ class StreamingSegmentSTT(STTService):
         self._queue: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
         self.abandoned = threading.Event()  # set when the call ends: threads drop their work
+        self._lag = LagWatch("ASR", self)
 
     # ---- subclass API -------------------------------------------------------------------------
     async def _run_segment(self, segment: Segment) -> str:
@@ -217,6 +225,7 @@ class StreamingSegmentSTT(STTService):
         return self._worker
 
     async def process_audio_frame(self, frame: InputAudioRawFrame, direction: FrameDirection):
+        self._lag.frame(frame)
         if self._muted or not frame.audio:
             return
         self._user_id = frame.user_id if isinstance(frame, UserAudioRawFrame) else ""
@@ -261,6 +270,14 @@ class StreamingSegmentSTT(STTService):
             except Exception as e:
                 await self.push_error(f"{self}: transcription failed: {e}", exception=e)
                 continue
+            late = time.monotonic() - (segment.closed_t or time.monotonic())
+            if late > SLOW_FINAL_SECS or (not text and segment.peak_rms >= LOUD_SPEECH
+                                          and segment.samples > segment.sample_rate // 2):
+                # the evidence for a caller who got no answer (issue 12 soak)
+                logger.info(f"{self}: segment {segment.index} ({segment.samples / segment.sample_rate:.2f} s, "
+                            f"peak {20 * np.log10(max(segment.peak_rms, 1e-9)):.0f} dBFS, "
+                            f"{segment.passes} passes): final {text!r} {late:.2f} s after the VAD "
+                            f"stop; {self._queue.qsize()} segments queued behind it")
             if text:
                 logger.debug(f"{self}: transcript [{text}] after {segment.passes} passes")
                 frame = TranscriptionFrame(

@@ -20,6 +20,8 @@ one frame: half the hops again at 2 (64 ms), for a speech or silence decision up
 
 from __future__ import annotations
 
+import time
+
 from pipecat.frames.frames import InputAudioRawFrame
 
 WINDOW_SECS = 0.032
@@ -49,5 +51,6 @@ class VadAlignedInput:
         rate, channels = self._pending_format
         audio = bytes(self._pending[:nbytes])
         del self._pending[:nbytes]
-        await super().push_audio_frame(
-            InputAudioRawFrame(audio=audio, sample_rate=rate, num_channels=channels))
+        frame = InputAudioRawFrame(audio=audio, sample_rate=rate, num_channels=channels)
+        frame.received_t = time.time()  # when its last wire frame arrived (voice.lag_watch)
+        await super().push_audio_frame(frame)

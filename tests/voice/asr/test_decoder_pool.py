@@ -113,3 +113,30 @@ def test_prewarm_builds_up_to_max_idle_and_the_first_calls_build_nothing(fake_de
     for decoder in held:
         pool.release(decoder)
     assert pool.total == 5
+
+
+async def test_a_segment_waits_for_a_busy_decoder_rather_than_build_one(fake_decoders):
+    """wait_for_idle: a decoder given back within build_wait_secs is reused (nothing built, a
+    build would freeze every call); none within it -> None (the caller then builds)."""
+    import asyncio
+
+    from diffvoice.voice.asr.pocketsphinx_stt import wait_for_idle
+
+    pool = DecoderPool(size=1, max_idle=2, max_total=4, build_wait_secs=2.0)
+    busy = pool.acquire()
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, pool.release, busy)
+    started = loop.time()
+    got = await wait_for_idle(pool)
+    assert got is busy and pool.created == 1 and pool.waited == 1
+    assert 0.15 <= loop.time() - started < 1.5
+    short = DecoderPool(size=0, max_idle=1, max_total=2, build_wait_secs=0.1)
+    started = loop.time()
+    assert await wait_for_idle(short) is None and short.waited == 0
+    assert loop.time() - started >= 0.1 and short.created == 0
+    pool.release(got)
+    started = loop.time()
+    assert await wait_for_idle(pool) is busy and loop.time() - started < 0.1  # idle: no wait
+    assert pool.waited == 1
+    with pytest.raises(ValueError, match="build_wait_secs"):
+        DecoderPool(size=0, build_wait_secs=-1)
