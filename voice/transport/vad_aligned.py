@@ -16,6 +16,15 @@ decisions. ASR hears at most 20 ms of audio later.
 `windows_per_frame` (ServeConfig.input_frame_ms / 32, default 1) groups that many windows into
 one frame: half the hops again at 2 (64 ms), for a speech or silence decision up to 32 ms later
 (the VAD decides on the frame's windows when the frame arrives).
+
+`_audio_task_handler` replaces pipecat's BaseInputTransport one, which takes each frame with
+`asyncio.wait_for(queue.get(), 0.5)` (a new task, two event-loop turns per frame) and then does
+nothing on the timeout: on a loop that needed more than ~16 ms a turn, a call's audio went
+downstream slower than real time and the lag only grew (a 2-worker 32-caller soak: browser
+calls whose audio reached the ASR and VAD 5-50 s late, the caller never answered). Here frames
+are taken with a plain `get()`, and a backlog (frames already queued) goes on as one frame of up
+to MAX_MERGED_WINDOWS windows, so a call that fell behind catches up instead of staying behind.
+pipecat's audio_in_filter and audio_in_passthrough are honoured as in pipecat.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import time
 from pipecat.frames.frames import InputAudioRawFrame
 
 WINDOW_SECS = 0.032
+MAX_MERGED_WINDOWS = 16  # a backlog goes downstream in frames of at most 0.512 s
 
 
 class VadAlignedInput:
@@ -54,3 +64,34 @@ class VadAlignedInput:
         frame = InputAudioRawFrame(audio=audio, sample_rate=rate, num_channels=channels)
         frame.received_t = time.time()  # when its last wire frame arrived (voice.lag_watch)
         await super().push_audio_frame(frame)
+
+    async def _audio_task_handler(self) -> None:
+        queue = self._audio_in_queue
+        carry = None  # a frame taken from the queue that did not fit the last merge
+        while True:
+            first = carry if carry is not None else await queue.get()
+            carry = None
+            frames = [first]
+            fmt = (first.sample_rate, first.num_channels)
+            budget = int(fmt[0] * WINDOW_SECS) * 2 * fmt[1] * MAX_MERGED_WINDOWS
+            size = len(first.audio)
+            while not queue.empty():  # a backlog: what is queued goes on as one frame
+                nxt = queue.get_nowait()
+                if (nxt.sample_rate, nxt.num_channels) != fmt or size + len(nxt.audio) > budget:
+                    carry = nxt
+                    break
+                frames.append(nxt)
+                size += len(nxt.audio)
+            frame = first
+            if len(frames) > 1:
+                frame = InputAudioRawFrame(audio=b"".join(f.audio for f in frames),
+                                           sample_rate=fmt[0], num_channels=fmt[1])
+                frame.received_t = getattr(first, "received_t", None)
+            try:
+                if self._params.audio_in_filter:
+                    frame.audio = await self._params.audio_in_filter.filter(frame.audio)
+                if frame.audio and self._params.audio_in_passthrough:
+                    await self.push_frame(frame)
+            finally:
+                for _ in frames:
+                    queue.task_done()

@@ -105,3 +105,62 @@ async def test_frames_of_several_windows_keep_every_sample_in_order():
     for _ in range(400):  # 8 s of 20 ms frames -> 125 frames of 64 ms
         await sink.push_audio_frame(_frame(b"\x01\x00" * 320))
     assert len(sink.pushed) == 125
+
+
+class _Handler(VadAlignedInput):
+    """The audio task of a transport: its queue, pipecat's params and push_frame recorded."""
+
+    def __init__(self, audio_filter=None) -> None:
+        import asyncio
+        from types import SimpleNamespace
+
+        super().__init__()
+        self._audio_in_queue = asyncio.Queue()
+        self._params = SimpleNamespace(audio_in_filter=audio_filter, audio_in_passthrough=True)
+        self.pushed: list[InputAudioRawFrame] = []
+
+    async def push_frame(self, frame, direction=None) -> None:
+        self.pushed.append(frame)
+
+
+async def test_a_backlog_goes_downstream_merged_in_order_and_live_frames_alone():
+    """pipecat's handler took one frame per wait_for (two loop turns each): a call that fell
+    behind stayed behind. Queued frames now go on as one frame of <= 16 windows, in order,
+    split at a format change; every queued frame is marked done."""
+    import asyncio
+
+    from diffvoice.voice.transport.vad_aligned import MAX_MERGED_WINDOWS
+
+    handler = _Handler()
+    queue = handler._audio_in_queue
+    rng = np.random.default_rng(1)
+    sent = [rng.integers(-3000, 3000, 512, dtype=np.int16).tobytes() for _ in range(40)]
+    for pcm in sent:
+        queue.put_nowait(_frame(pcm))
+    queue.put_nowait(_frame(b"\x03\x00" * 256, 8000))  # a format change ends a merge
+    task = asyncio.create_task(handler._audio_task_handler())
+    await asyncio.wait_for(queue.join(), 5)
+    sizes = [(len(f.audio) // 1024, f.sample_rate) for f in handler.pushed]
+    assert sizes == [(MAX_MERGED_WINDOWS, 16000), (MAX_MERGED_WINDOWS, 16000), (8, 16000),
+                     (0, 8000)]
+    assert b"".join(f.audio for f in handler.pushed[:3]) == b"".join(sent)
+    assert len(handler.pushed[3].audio) == 512
+    queue.put_nowait(_frame(sent[0]))  # on time: a frame alone, at once
+    await asyncio.wait_for(queue.join(), 5)
+    assert len(handler.pushed) == 5 and handler.pushed[4].audio == sent[0]
+    task.cancel()
+
+
+async def test_the_audio_filter_still_applies():
+    import asyncio
+
+    class Halve:
+        async def filter(self, audio: bytes) -> bytes:
+            return audio[: len(audio) // 2]
+
+    handler = _Handler(Halve())
+    handler._audio_in_queue.put_nowait(_frame(b"\x01\x00" * 512))
+    task = asyncio.create_task(handler._audio_task_handler())
+    await asyncio.wait_for(handler._audio_in_queue.join(), 5)
+    assert [len(f.audio) for f in handler.pushed] == [512]
+    task.cancel()
