@@ -153,6 +153,8 @@ def build_pipeline(
     stt = state.asr.make_service()
     # records where speech ended; one shared ONNX session for every call (voice.vad)
     vad = SpeechTrackingVAD(params=VADParams(stop_secs=stop_secs))
+    if isinstance(transport_in, VadAlignedInput):  # larger frames while the VAD lags behind
+        transport_in.backlog = lambda: transport_in.pushed_secs - vad.received_secs
     receptionist = getattr(state, "receptionist", None)
     context = (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
                else LLMContext(messages=[]))

@@ -70,6 +70,11 @@ class SpeechTrackingVAD(SharedSileroVAD):  # one ONNX session for every call (vo
         return self._analysed / (self.sample_rate or 16000) - self.last_speech_pos_s
 
     @property
+    def received_secs(self) -> float:
+        """Caller audio handed to the analyser so far (stream time)."""
+        return self._received / (self.sample_rate or 16000)
+
+    @property
     def hearing_speech(self) -> bool:
         """The analyser is not QUIET: speech it has not confirmed (STARTING) or still hears."""
         return self._vad_state is not VADState.QUIET

@@ -25,16 +25,27 @@ calls whose audio reached the ASR and VAD 5-50 s late, the caller never answered
 are taken with a plain `get()`, and a backlog (frames already queued) goes on as one frame of up
 to MAX_MERGED_WINDOWS windows, so a call that fell behind catches up instead of staying behind.
 pipecat's audio_in_filter and audio_in_passthrough are honoured as in pipecat.
+
+Downstream, the user aggregator runs the VAD once per frame through an executor (again two
+loop turns a frame), so a backlog can also form in front of it. `backlog` (set by
+voice.pipeline: the audio this transport pushed on minus what the VAD has received, both
+counted in samples, so a pause in the caller's audio is no backlog) above
+CATCH_UP_BACKLOG_SECS makes new frames CATCH_UP_WINDOWS windows long (0.256 s) until it is
+back under: 8x fewer VAD round trips while the call catches up, speech / silence decided up to
+0.224 s later meanwhile. `catch_up_frames` counts such frames.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pipecat.frames.frames import InputAudioRawFrame
 
 WINDOW_SECS = 0.032
 MAX_MERGED_WINDOWS = 16  # a backlog goes downstream in frames of at most 0.512 s
+CATCH_UP_BACKLOG_SECS = 0.1  # audio pushed on but not yet at the VAD beyond this: catch up
+CATCH_UP_WINDOWS = 8  # frames of 0.256 s while catching up
 
 
 class VadAlignedInput:
@@ -44,6 +55,10 @@ class VadAlignedInput:
         super().__init__(*args, **kwargs)
         self._pending = bytearray()
         self._pending_format: tuple[int, int] | None = None
+        self.pushed_secs = 0.0  # caller audio handed downstream so far (stream time)
+        # seconds of that audio the VAD has not received yet (set by the pipeline), or None
+        self.backlog: Callable[[], float] | None = None
+        self.catch_up_frames = 0  # frames sent as CATCH_UP_WINDOWS because of a backlog
 
     async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
         fmt = (frame.sample_rate, frame.num_channels)
@@ -51,10 +66,14 @@ class VadAlignedInput:
             await self._push_pending(len(self._pending))
         self._pending_format = fmt
         self._pending += frame.audio
-        window = (int(frame.sample_rate * WINDOW_SECS) * 2 * frame.num_channels
-                  * self.windows_per_frame)
+        windows = self.windows_per_frame
+        if self.backlog is not None and self.backlog() > CATCH_UP_BACKLOG_SECS:
+            windows = max(windows, CATCH_UP_WINDOWS)  # fewer, larger frames until caught up
+        window = int(frame.sample_rate * WINDOW_SECS) * 2 * frame.num_channels * windows
         whole = len(self._pending) // window * window
         if whole:
+            if windows > self.windows_per_frame:
+                self.catch_up_frames += 1
             await self._push_pending(whole)
 
     async def _push_pending(self, nbytes: int) -> None:
@@ -63,6 +82,7 @@ class VadAlignedInput:
         del self._pending[:nbytes]
         frame = InputAudioRawFrame(audio=audio, sample_rate=rate, num_channels=channels)
         frame.received_t = time.time()  # when its last wire frame arrived (voice.lag_watch)
+        self.pushed_secs += nbytes / (2 * channels * rate)
         await super().push_audio_frame(frame)
 
     async def _audio_task_handler(self) -> None:

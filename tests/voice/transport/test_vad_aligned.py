@@ -164,3 +164,28 @@ async def test_the_audio_filter_still_applies():
     await asyncio.wait_for(handler._audio_in_queue.join(), 5)
     assert [len(f.audio) for f in handler.pushed] == [512]
     task.cancel()
+
+
+async def test_a_backlog_before_the_vad_makes_frames_longer_until_it_is_gone():
+    """backlog(): pushed audio the VAD has not received. Above 0.1 s new frames are 8 windows
+    (8x fewer VAD round trips); under it, one window again; no audio lost or reordered."""
+    from diffvoice.voice.transport.vad_aligned import CATCH_UP_WINDOWS
+
+    sink = _Aligned()
+    lag = [0.0]
+    sink.backlog = lambda: lag[0]
+    sent = bytearray()
+    for i in range(300):  # 6 s of 20 ms wire frames; behind from 1 s to 4 s
+        lag[0] = 0.5 if 50 <= i < 200 else 0.0
+        pcm = bytes([i % 256, 0]) * 320
+        sent += pcm
+        await sink.push_audio_frame(_frame(pcm))
+    sizes = [len(f.audio) // 1024 for f in sink.pushed]
+    # (when the backlog is gone the windows already buffered go on at once, as one frame)
+    assert {1, CATCH_UP_WINDOWS} <= set(sizes) <= set(range(1, CATCH_UP_WINDOWS + 1))
+    assert sink.catch_up_frames == sizes.count(CATCH_UP_WINDOWS) >= 10
+    start = sizes.index(CATCH_UP_WINDOWS)
+    back = len(sizes) - 1 - sizes[::-1].index(CATCH_UP_WINDOWS)
+    assert all(n == 1 for n in sizes[:start]) and all(n == 1 for n in sizes[back + 2:])
+    assert b"".join(f.audio for f in sink.pushed) == bytes(sent[:len(sent) // 1024 * 1024])
+    assert abs(sink.pushed_secs - sum(sizes) * 0.032) < 1e-9
