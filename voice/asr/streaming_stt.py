@@ -274,10 +274,11 @@ class StreamingSegmentSTT(STTService):
             if late > SLOW_FINAL_SECS or (not text and segment.peak_rms >= LOUD_SPEECH
                                           and segment.samples > segment.sample_rate // 2):
                 # the evidence for a caller who got no answer (issue 12 soak)
-                logger.info(f"{self}: segment {segment.index} ({segment.samples / segment.sample_rate:.2f} s, "
-                            f"peak {20 * np.log10(max(segment.peak_rms, 1e-9)):.0f} dBFS, "
-                            f"{segment.passes} passes): final {text!r} {late:.2f} s after the VAD "
-                            f"stop; {self._queue.qsize()} segments queued behind it")
+                secs = segment.samples / segment.sample_rate
+                peak_db = 20 * np.log10(max(segment.peak_rms, 1e-9))
+                logger.info(f"{self}: segment {segment.index} ({secs:.2f} s, peak {peak_db:.0f} "
+                            f"dBFS, {segment.passes} passes): final {text!r} {late:.2f} s after "
+                            f"the VAD stop; {self._queue.qsize()} segments queued behind it")
             if text:
                 logger.debug(f"{self}: transcript [{text}] after {segment.passes} passes")
                 frame = TranscriptionFrame(
