@@ -115,11 +115,15 @@ class DecoderPool:
         with self._cond:
             return len(self._free)
 
-    def try_acquire(self):
-        """An idle decoder, or None when every decoder is busy (never builds, never waits)."""
+    def try_acquire(self, *, after_wait: bool = False):
+        """An idle decoder, or None when every decoder is busy (never builds, never waits);
+        `after_wait`: the caller has been waiting for it (counted in `waited`)."""
         with self._cond:
             self._age_out()
-            return self._free.pop()[0] if self._free else None
+            if not self._free:
+                return None
+            self.waited += after_wait
+            return self._free.pop()[0]
 
     def acquire(self):
         deadline = time.monotonic() + self.acquire_timeout_secs
@@ -185,10 +189,7 @@ async def wait_for_idle(pool: DecoderPool):
     give_up = loop.time() + pool.build_wait_secs
     while decoder is None and loop.time() < give_up:
         await asyncio.sleep(DECODER_POLL_SECS)
-        decoder = pool.try_acquire()
-    if decoder is not None:
-        with pool._cond:
-            pool.waited += 1
+        decoder = pool.try_acquire(after_wait=True)
     return decoder
 
 

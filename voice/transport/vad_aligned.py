@@ -48,6 +48,11 @@ CATCH_UP_BACKLOG_SECS = 0.1  # audio pushed on but not yet at the VAD beyond thi
 CATCH_UP_WINDOWS = 8  # frames of 0.256 s while catching up
 
 
+def _window_bytes(rate: int, channels: int) -> int:
+    """Bytes of one 32 ms VAD window of int16 audio."""
+    return int(rate * WINDOW_SECS) * 2 * channels
+
+
 class VadAlignedInput:
     windows_per_frame = 1  # set per transport from ServeConfig.input_frame_ms
 
@@ -69,7 +74,7 @@ class VadAlignedInput:
         windows = self.windows_per_frame
         if self.backlog is not None and self.backlog() > CATCH_UP_BACKLOG_SECS:
             windows = max(windows, CATCH_UP_WINDOWS)  # fewer, larger frames until caught up
-        window = int(frame.sample_rate * WINDOW_SECS) * 2 * frame.num_channels * windows
+        window = _window_bytes(frame.sample_rate, frame.num_channels) * windows
         whole = len(self._pending) // window * window
         if whole:
             if windows > self.windows_per_frame:
@@ -93,7 +98,7 @@ class VadAlignedInput:
             carry = None
             frames = [first]
             fmt = (first.sample_rate, first.num_channels)
-            budget = int(fmt[0] * WINDOW_SECS) * 2 * fmt[1] * MAX_MERGED_WINDOWS
+            budget = _window_bytes(*fmt) * MAX_MERGED_WINDOWS
             size = len(first.audio)
             while not queue.empty():  # a backlog: what is queued goes on as one frame
                 nxt = queue.get_nowait()
