@@ -204,7 +204,8 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
     result.first_audible_t = state.playout.first_audible_t
     result.last_frame_t = state.playout.last_frame_t
     result.last_audible_end_t = state.playout.last_audible_end_t
-    result.timeline = sorted(state.timeline)
+    # by time only: events that arrived in the same millisecond keep their arrival order
+    result.timeline = sorted(state.timeline, key=lambda event: event[0])
     if state.latencies:
         result.server = state.latencies[0]
         turn_end_t = result.server.get("turn_end_t")
