@@ -75,6 +75,32 @@ class _Ticket:
     cancelled: bool = False
 
 
+@dataclass
+class _Pending:
+    """A short request generate() handed to the worker thread to prepare."""
+
+    request_id: str
+    messages: list[dict] | str
+    params: SamplingParams
+    template_kwargs: dict | None
+    draft: bool
+    caller: _Caller
+
+
+# prompts up to this many characters are templated and tokenised on the worker thread (well under
+# a millisecond); longer ones on a thread of their own so no pass waits for them
+PREPARE_ON_WORKER_CHARS = 4096
+
+
+def _prompt_chars(messages) -> int:
+    """Characters of message text a request carries (the max_prompt_chars measure)."""
+    if isinstance(messages, str):
+        return len(messages)
+    if not isinstance(messages, list | tuple):
+        return 0
+    return sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -100,6 +126,7 @@ class Engine:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._aborts: list[str] = []
+        self._pending: list[_Pending] = []  # short requests the worker prepares itself
         self._closed = False
         self._ids = itertools.count()
         self.total_passes = 0
@@ -132,11 +159,7 @@ class Engine:
             raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
         if kwargs and isinstance(messages, str):
             raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
-        if isinstance(messages, str):
-            chars = len(messages)
-        else:
-            chars = sum(len(m.get("content") or "") if isinstance(m, dict) else 0
-                        for m in messages)
+        chars = _prompt_chars(messages)
         if chars > self.config.max_prompt_chars:
             raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
                              f"{self.config.max_prompt_chars}")
@@ -165,7 +188,7 @@ class Engine:
         if model_block and model_block % decode_block:
             raise ValueError(f"block_size {decode_block} must divide the model's trained block "
                              f"{model_block} ({self.model_name} is block-causal)")
-        seq = Sequence(request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", prompt,
+        seq = Sequence(request_id or self._new_id(), prompt,
                        params, model_block, decode_block, int(mc.logit_shift),
                        self.config.prefix_cache and rules.prefix_cache, rules=rules)
         seq.constraint = state
@@ -183,35 +206,48 @@ class Engine:
         params = params or self.config.default_params
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
-        ticket = _Ticket()
-
-        def submit() -> Sequence:
-            """Prepare and queue in one trip off the loop: the worker starts decoding without
-            waiting for the event loop to be scheduled again (a thread hand-off per request
-            fewer on a busy CPU)."""
-            seq = self.prepare(messages, params, request_id, chat_template_kwargs)
-            seq.draft = draft
+        if _prompt_chars(messages) <= PREPARE_ON_WORKER_CHARS:
+            # a short prompt is templated and tokenised by the worker thread itself, before its
+            # next pass: no thread hand-off per request (errors arrive through the queue and are
+            # raised at the first iteration, as below)
+            rid = request_id or self._new_id()
             with self._lock:
                 if self._closed:
                     raise RuntimeError("engine is closed")
-                if ticket.cancelled:  # the caller left while the prompt was tokenised
-                    return seq
-                self.scheduler.add(seq)  # may raise EngineOverloaded
-                self._callers[seq.request_id] = caller
-                ticket.request_id = seq.request_id
+                self._pending.append(_Pending(rid, messages, params, chat_template_kwargs,
+                                              draft, caller))
                 self._wake.notify()
-            return seq
+            ticket = _Ticket(rid)
+        else:
+            ticket = _Ticket()
 
-        # templating + tokenising a long prompt takes a while: never on the caller's event loop
-        try:
-            await asyncio.to_thread(submit)
-        except asyncio.CancelledError:
-            with self._lock:
-                ticket.cancelled = True
-                queued = ticket.request_id
-            if queued is not None:
-                self.abort(queued)
-            raise
+            def submit() -> Sequence:
+                """Prepare and queue in one trip off the loop: the worker starts decoding
+                without waiting for the event loop to be scheduled again."""
+                seq = self.prepare(messages, params, request_id, chat_template_kwargs)
+                seq.draft = draft
+                with self._lock:
+                    if self._closed:
+                        raise RuntimeError("engine is closed")
+                    if ticket.cancelled:  # the caller left while the prompt was tokenised
+                        return seq
+                    self.scheduler.add(seq)  # may raise EngineOverloaded
+                    self._callers[seq.request_id] = caller
+                    ticket.request_id = seq.request_id
+                    self._wake.notify()
+                return seq
+
+            # templating + tokenising a long prompt takes a while: never on the caller's event
+            # loop, nor on the worker (it would hold up every running request's next pass)
+            try:
+                await asyncio.to_thread(submit)
+            except asyncio.CancelledError:
+                with self._lock:
+                    ticket.cancelled = True
+                    queued = ticket.request_id
+                if queued is not None:
+                    self.abort(queued)
+                raise
         finished = False
         try:
             while not finished:
@@ -223,6 +259,9 @@ class Engine:
         finally:
             if not finished:
                 self.abort(ticket.request_id)
+
+    def _new_id(self) -> str:
+        return f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
 
     def abort(self, request_id: str) -> None:
         with self._lock:
@@ -268,15 +307,27 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._closed and not len(self.scheduler) and not self._aborts:
+                while (not self._closed and not len(self.scheduler) and not self._aborts
+                       and not self._pending):
                     self._wake.wait()
                 if self._closed:
                     for rid in list(self.scheduler.by_id):
                         self._abort_locked(rid)
+                    for p in self._pending:
+                        p.caller.loop.call_soon_threadsafe(
+                            p.caller.queue.put_nowait, RuntimeError("engine is closed"))
+                    self._pending.clear()
                     return
+                if self._aborts:
+                    gone = set(self._aborts)
+                    self._pending = [p for p in self._pending if p.request_id not in gone]
                 for rid in self._aborts:
                     self._abort_locked(rid)
                 self._aborts.clear()
+                pending, self._pending = self._pending, []
+            if pending:
+                self._queue_pending(pending)
+            with self._lock:
                 rows, admitted = self.scheduler.schedule()
                 for seq in self.scheduler.shed:
                     self.runner.release(seq)
@@ -312,6 +363,29 @@ class Engine:
                 for seq in rows:
                     if seq.finish_reason is not None:
                         self.runner.release(seq)
+
+    def _queue_pending(self, pending: list[_Pending]) -> None:
+        """Prepare the short requests generate() left to this thread (off the lock) and queue
+        them; a request that cannot be prepared or queued gets its error through its queue."""
+        ready = []
+        for p in pending:
+            try:
+                seq = self.prepare(p.messages, p.params, p.request_id, p.template_kwargs)
+            except Exception as exc:  # a bad request: its caller raises it, nobody else sees it
+                p.caller.loop.call_soon_threadsafe(p.caller.queue.put_nowait, exc)
+                continue
+            seq.draft = p.draft
+            ready.append((p, seq))
+        with self._lock:
+            for p, seq in ready:
+                if p.request_id in self._aborts:  # the caller left while it was prepared
+                    continue
+                try:
+                    self.scheduler.add(seq)  # may raise EngineOverloaded / DraftRefused
+                except Exception as exc:
+                    p.caller.loop.call_soon_threadsafe(p.caller.queue.put_nowait, exc)
+                    continue
+                self._callers[seq.request_id] = p.caller
 
     def _admit_each(self, rows: list[Sequence], admitted: list[Sequence]) -> list[Sequence]:
         """Lay out each newly admitted request on its own: one that fails to admit (a bad seed,

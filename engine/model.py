@@ -327,6 +327,7 @@ class DiffusionLM(nn.Module):
         half = d // 2
         views = plan.views
         fp32 = x.dtype == torch.float32
+        last = len(self.layers) - 1
         for i, (layer, (k_pool, v_pool)) in enumerate(zip(self.layers, kv_cache, strict=True)):
             (in_w, in_eps, qkv_w, qkv_b, qk_w, qk_eps, qk_norm, o_w, post_w, post_eps, gate_up_w,
              down_w) = self.fused_layers[i]
@@ -356,6 +357,10 @@ class DiffusionLM(nn.Module):
                     rows = slots[:, None].expand_as(write_pos)
                     k_pool[rows, :, write_pos] = k.transpose(1, 2)
                     v_pool[rows, :, write_pos] = v.transpose(1, 2)
+            if i == last and logits_start:  # only the logit rows need the rest (row-wise)
+                q, x = q[:, :, logits_start:], x[:, logits_start:]
+                mask = mask[..., logits_start:, :] if mask is not None else None
+                logits_start = 0
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                   enable_gqa=gqa)
             x = x + F.linear(attn.transpose(1, 2).flatten(2), o_w)
@@ -379,6 +384,8 @@ class DiffusionLM(nn.Module):
         cos, sin = plan.cos[0], plan.sin[0]  # [L, 1, D]
         views, off = plan.views, plan.pool[3] if plan.pool is not None else 0
         gqa = h != hkv
+        mask = plan.mask
+        last = len(signed.layers) - 1
         for i, (in_w, in_eps, qkv_w, qkv_b, qk_w, qk_eps, qk_norm, o_w, post_w, post_eps,
                 gate_up_w, down_w) in enumerate(signed.layers):
             hx = torch.layer_norm(x, (hid2,), in_w, None, in_eps)[:, :hid]
@@ -395,7 +402,14 @@ class DiffusionLM(nn.Module):
                 v_dst.copy_(v[off:])
             else:
                 keys, values = qk[None, :, h:].transpose(1, 2), v[None].transpose(1, 2)
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=plan.mask,
+            if i == last and logits_start:
+                # the last layer's keys and values cover every row, but only the rows that
+                # give logits need its queries, output projection and MLP (row-wise math)
+                q, x, n = q[:, :, logits_start:], x[logits_start:], n - logits_start
+                if mask is not None:
+                    mask = mask[..., logits_start:, :]
+                logits_start = 0
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                   enable_gqa=gqa)
             x = torch.addmm(x, attn[0].transpose(0, 1).reshape(n, h * d), o_w)
             hx = torch.layer_norm(x, (hid2,), post_w, None, post_eps)[:, :hid]

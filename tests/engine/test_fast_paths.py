@@ -1,7 +1,8 @@
 """The engine's one-row CPU shortcuts against the plain formulas / general paths, on random inputs:
 the greedy prediction with full-vocabulary entropy, Dream's host-side k, the host-side count
 of the masks that still decide an answer (checked on whole requests against the device count),
-and the signed-residual batch-1 forward (against the general planned forward and float64)."""
+the signed-residual batch-1 forward (against the general planned forward and float64), and the
+last layer run on the logit rows only (against the same forward asked for every row's logits)."""
 
 from __future__ import annotations
 
@@ -170,6 +171,53 @@ def test_signed_residual_forward_matches_planned_forward(family, monkeypatch):
                                  SamplingParams(**c["engine_params"]))
             decode_in_this_thread(engine, seq)
             assert seq.generated == c["answer"]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("rows", [1, 2], ids=["batch1-signed", "batch2-planned"])
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
+def test_last_layer_on_logit_rows_only_matches_the_full_forward(family, rows, monkeypatch):
+    """Past the keys and values, the last layer is row-wise: it runs its queries, output
+    projection and MLP on the rows that give logits only. On every such pass of real requests
+    (one row: the signed forward; two rows: the general planned forward) the logits equal those
+    of the same forward asked for every row, sliced, and the answers stay the goldens."""
+    _, golden = load_golden(family)
+    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
+                                    EngineConfig(max_running=2, dtype="float32"))
+    try:
+        model = engine.runner.model
+        planned = type(model)._forward_planned
+        trimmed = []
+
+        def both(self, *args):
+            got = planned(self, *args)
+            start = args[6]
+            if start:  # writing the same K/V twice is harmless
+                full = planned(self, *args[:6], 0, args[7])[:, start:]
+                assert got.shape == full.shape
+                assert (got - full).abs().max() <= 1e-4 * full.abs().max()
+                trimmed.append((args[0].shape[0], args[0].shape[1] - start))
+            return got
+
+        monkeypatch.setattr(type(model), "_forward_planned", both)
+        cases = golden["cases"][::3]
+        for i in range(0, len(cases), rows):
+            group = cases[i:i + rows]
+            seqs = [engine.prepare(golden["prompts"][c["prompt"]],
+                                   SamplingParams(**c["engine_params"])) for c in group]
+            with engine._lock:
+                for seq in seqs:
+                    engine.scheduler.add(seq)
+                while any(seq.finish_reason is None for seq in seqs):
+                    batch, admitted = engine.scheduler.schedule()
+                    for seq in admitted:
+                        engine.runner.admit(seq)
+                    engine.scheduler.update(batch, engine.runner.step(batch))
+                for seq in seqs:
+                    engine.runner.release(seq)
+            assert [seq.generated for seq in seqs] == [c["answer"] for c in group]
+        assert any(b == rows for b, _ in trimmed)  # the path under test was taken
     finally:
         engine.close()
 
