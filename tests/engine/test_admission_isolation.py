@@ -8,6 +8,7 @@ import time
 import pytest
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine import engine as engine_module
 from diffvoice.engine.params import MAX_SEED
 from diffvoice.engine.testing import make_random_checkpoint
 
@@ -94,3 +95,44 @@ async def test_tokenising_runs_off_the_event_loop(engine, monkeypatch):
     await tick_task
     # the loop kept running during the 0.5 s tokenisation: ~50 ticks happened meanwhile
     assert ticks == 100
+
+
+@pytest.mark.parametrize("chars", [10, 500], ids=["worker-prepared", "thread-prepared"])
+async def test_a_caller_that_leaves_while_its_prompt_is_tokenised_leaves_nothing(
+        engine, monkeypatch, chars):
+    """Short prompts are prepared by the worker thread, long ones on a thread of their own; a
+    caller that leaves during that step neither runs nor keeps a slot, and the next request is
+    served."""
+    real = engine.tokenizer.encode_chat
+    started = []
+
+    def slow(messages):
+        started.append(time.monotonic())
+        time.sleep(0.3)
+        return real(messages)
+
+    monkeypatch.setattr(engine.tokenizer, "encode_chat", slow)
+    monkeypatch.setattr(engine_module, "PREPARE_ON_WORKER_CHARS", 100)
+    passes = engine.stats()["passes"]
+
+    async def call():
+        async for _ in engine.generate([{"role": "user", "content": "x" * chars}],
+                                       SamplingParams(max_new_tokens=8, ignore_eos=True)):
+            pass
+
+    task = asyncio.create_task(call())
+    for _ in range(100):
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.5)  # the tokenisation ends meanwhile
+    stats = engine.stats()
+    assert stats["passes"] == passes  # it never ran
+    assert stats["running"] == stats["queued"] == stats["callers"] == 0
+    monkeypatch.setattr(engine.tokenizer, "encode_chat", real)
+    deltas = [d async for d in engine.generate(HELLO, SamplingParams(max_new_tokens=8,
+                                                                     ignore_eos=True))]
+    assert deltas[-1].finish_reason == "length"
