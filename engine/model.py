@@ -370,7 +370,17 @@ class DiffusionLM(nn.Module):
         hidden = _norm(x[:, logits_start:], self.norm, eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
 
-    def _forward_signed(self, input_ids, logits_start, plan) -> torch.Tensor:
+    def forward_rows(self, input_ids, kv_cache, logits_start: int, logits_end: int,
+                     plan) -> torch.Tensor | None:
+        """forward_step for one row with logits for input positions [logits_start, logits_end)
+        only ([1, logits_end - logits_start, V]), where the signed batch-1 forward applies;
+        None elsewhere."""
+        if (self.signed_layers is None or getattr(self, "fused_layers", None) is None
+                or input_ids.shape[0] != 1 or not (plan.views is not None or plan.direct)):
+            return None
+        return self._forward_signed(input_ids, logits_start, plan, logits_end)
+
+    def _forward_signed(self, input_ids, logits_start, plan, logits_end=None) -> torch.Tensor:
         """_forward_planned for one row that stores its K/V in the pool (plan.views) or reads no
         cache (plan.direct), on the weights of `_signed_residual_weights`. Returns [1, L', V]."""
         cfg = self.config
@@ -402,12 +412,13 @@ class DiffusionLM(nn.Module):
                 v_dst.copy_(v[off:])
             else:
                 keys, values = qk[None, :, h:].transpose(1, 2), v[None].transpose(1, 2)
-            if i == last and logits_start:
+            if i == last and (logits_start or logits_end is not None):
                 # the last layer's keys and values cover every row, but only the rows that
                 # give logits need its queries, output projection and MLP (row-wise math)
-                q, x, n = q[:, :, logits_start:], x[logits_start:], n - logits_start
+                q, x = q[:, :, logits_start:logits_end], x[logits_start:logits_end]
+                n = x.shape[0]
                 if mask is not None:
-                    mask = mask[..., logits_start:, :]
+                    mask = mask[..., logits_start:logits_end, :]
                 logits_start = 0
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                   enable_gqa=gqa)

@@ -85,6 +85,9 @@ class PassPlan:
     # (d0, end, p0): masks in window[d0:end] that lie before the first EOS at window index
     # >= p0 (p0 None: no EOS rule) - the same slots as `counted` with the EOS rule applied
     host_count: tuple[int, int, int | None] | None = None
+    # batch 1: the window slots [lo, hi) whose logits a pass can use (the slots its policy may
+    # commit or re-predict); the forward computes only those rows' logits (None: all W)
+    logit_rows: tuple[int, int] | None = None
 
 
 def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
@@ -253,6 +256,11 @@ class PlanCache:
         slots = self.vec((slot,), torch.long)
         full = g("full_vocab")
         host_count = None
+        # logits the policy can read: the block's masks ([d_start, d_end)); SDAR's top-k also
+        # re-predicts the block's decoded slots ([block_start, d_end)). Constrained rows keep all.
+        lo = (g("block_start") if sdar else g("d_start")) - q_start
+        hi = g("d_end") - q_start
+        logit_rows = (lo, hi) if 0 <= lo < hi <= W and (lo, hi) != (0, W) else None
         if not g("eos_fill"):
             d0, d1, g0 = g("d_start") - q_start, g("d_end") - q_start, g("gen_end") - q_start
             final, stop = g("final"), g("stop")
@@ -276,7 +284,7 @@ class PlanCache:
             threshold=self.vec((key.threshold,), torch.float32),
             entropy_bound=self.vec((key.entropy_bound,), torch.float32),
             full_vocab=self.vec((True,), torch.bool) if full else None,
-            full_vocab_all=bool(full), host_count=host_count)
+            full_vocab_all=bool(full), host_count=host_count, logit_rows=logit_rows)
 
     def _window(self, W, d0, d1, b0, first_token, p0, g0, stop, eos_fill, final) -> tuple:
         """Masks over one row's window [1, W], relative to its start (cached by shape)."""

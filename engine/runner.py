@@ -46,6 +46,7 @@ class ModelRunner:
         self.shift = int(self.mc.logit_shift)
         self.eos_set = tuple(sorted(set(ids)))
         self._views: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._logit_bufs: dict[tuple[int, int, int, int], torch.Tensor] = {}
         slots = config.max_running
         dtype = next(self.model.parameters()).dtype
         shape = (slots, self.mc.num_kv_heads, self.T + 1, self.mc.head_dim)
@@ -94,6 +95,9 @@ class ModelRunner:
         if self.static is not None and plan.write_pos is None:  # decode-only: fixed shapes
             logits = self.static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
                                  plan.cache_len_max, plan.logits_start)
+        if (logits is None and plan.logit_rows is not None and plan.attn is not None
+                and rows[0].constraint is None):
+            logits = self._some_logits(ids, plan)
         if logits is None:
             logits = self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv,
                                              plan.slots, plan.visible, plan.cache_len_max,
@@ -158,6 +162,24 @@ class ModelRunner:
                               tokens=[h[:-1] for h in out], remaining=[h[-1] for h in out])
         after_pass(self, rows, step.window_start, step.tokens)  # may lay more of a call's skeleton
         return step
+
+    def _some_logits(self, ids: torch.Tensor, plan) -> torch.Tensor | None:
+        """One row: logits for the window slots plan.logit_rows only, in a [1, W, V] buffer
+        whose other rows stay 0 (no policy reads them); None where the forward has no such
+        path (then every row's logits are computed)."""
+        lo, hi = plan.logit_rows
+        start = plan.logits_start
+        part = self.model.forward_rows(ids, self.kv, start + lo, start + hi, plan.attn)
+        if part is None:
+            return None
+        key = (plan.W, part.shape[-1], lo, hi)  # per range: the rows outside it stay 0
+        buf = self._logit_bufs.get(key)
+        if buf is None:
+            if len(self._logit_bufs) >= 256:
+                self._logit_bufs.clear()
+            buf = self._logit_bufs[key] = part.new_zeros(1, plan.W, part.shape[-1])
+        buf[:, lo:hi] = part
+        return buf
 
     def _finish_on_host(self, rows, plan, new, commit, conf) -> StepOutput:
         """Batch 1 on the CPU: write the window back and read it once; the host counts the
