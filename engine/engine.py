@@ -12,7 +12,6 @@ request's failure never disturbs the others: bad params are rejected before they
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import logging
@@ -25,10 +24,9 @@ from pathlib import Path
 
 import torch
 
-from diffvoice.engine.constrained import build_plan
-from diffvoice.engine.decoding import resolve
 from diffvoice.engine.loader import LoadedModel, load_checkpoint
 from diffvoice.engine.params import EngineConfig, SamplingParams
+from diffvoice.engine.requests import prepare_sequence, prompt_chars
 from diffvoice.engine.runner import ModelRunner
 from diffvoice.engine.scheduler import Committed, DraftRefused, EngineOverloaded, Scheduler
 from diffvoice.engine.sequence import Sequence
@@ -68,16 +66,8 @@ class _Caller:
 
 
 @dataclass
-class _Ticket:
-    """A request on its way into the scheduler (set under the engine lock)."""
-
-    request_id: str | None = None
-    cancelled: bool = False
-
-
-@dataclass
 class _Pending:
-    """A short request generate() handed to the worker thread to prepare."""
+    """A request generate() handed to the worker thread: to prepare, or prepared (`seq`)."""
 
     request_id: str
     messages: list[dict] | str
@@ -85,20 +75,12 @@ class _Pending:
     template_kwargs: dict | None
     draft: bool
     caller: _Caller
+    seq: Sequence | None = None
 
 
 # prompts up to this many characters are templated and tokenised on the worker thread (well under
 # a millisecond); longer ones on a thread of their own so no pass waits for them
 PREPARE_ON_WORKER_CHARS = 4096
-
-
-def _prompt_chars(messages) -> int:
-    """Characters of message text a request carries (the max_prompt_chars measure)."""
-    if isinstance(messages, str):
-        return len(messages)
-    if not isinstance(messages, list | tuple):
-        return 0
-    return sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
 
 
 def pick_device(name: str) -> torch.device:
@@ -148,54 +130,8 @@ class Engine:
         """Validate and tokenize a request (raises ValueError naming the problem).
         `chat_template_kwargs` become chat-template variables (tools=[...], enable_thinking=...),
         as in transformers' apply_chat_template and vLLM's request field of that name."""
-        if not isinstance(params, SamplingParams):
-            raise ValueError("params must be a SamplingParams")
-        if not messages:
-            raise ValueError("messages must be a non-empty list")
-        kwargs = chat_template_kwargs or {}
-        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-            raise ValueError("chat_template_kwargs must be a dict with string keys")
-        if {"messages", "add_generation_prompt"} & set(kwargs):
-            raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
-        if kwargs and isinstance(messages, str):
-            raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
-        chars = _prompt_chars(messages)
-        if chars > self.config.max_prompt_chars:
-            raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
-                             f"{self.config.max_prompt_chars}")
-        # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
-        if params.tools and "tools" not in kwargs:  # templates with tool support (Qwen, Hermes)
-            kwargs = {**kwargs, "tools": list(params.tools)}
-        prompt = (self.tokenizer.encode(messages) if isinstance(messages, str)
-                  else self.tokenizer.encode_chat(messages, **kwargs))
-        mc = self.model_config
-        if params.tools or params.response_format:
-            # constrained rows decode under the engine's own rules: the reference decoders
-            # re-predict decoded slots (SDAR's top-k), which would overwrite the laid skeleton
-            params = dataclasses.replace(params, decoding="fast")
-        params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
-        plan = build_plan(params.tools, params.tool_choice, params.response_format,
-                          self.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens,
-                          messages=None if isinstance(messages, str) else messages)
-        state = plan.start() if plan is not None else None
-        if state is not None and state.structured:  # the answer is the skeleton: its length
-            params = dataclasses.replace(params, max_new_tokens=plan.max_length)
-        if plan is not None and len(prompt) + plan.max_length > self.max_seq_len:
-            raise ValueError(f"prompt ({len(prompt)} tokens) + the longest structured answer "
-                             f"({plan.max_length}) exceeds max_seq_len {self.max_seq_len}")
-        model_block = mc.block_size if mc.block_causal else 0
-        decode_block = params.block_size
-        if model_block and model_block % decode_block:
-            raise ValueError(f"block_size {decode_block} must divide the model's trained block "
-                             f"{model_block} ({self.model_name} is block-causal)")
-        seq = Sequence(request_id or self._new_id(), prompt,
-                       params, model_block, decode_block, int(mc.logit_shift),
-                       self.config.prefix_cache and rules.prefix_cache, rules=rules)
-        seq.constraint = state
-        if seq.canvas_end > self.max_seq_len:
-            raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
-                             f"({params.max_new_tokens}) exceeds max_seq_len {self.max_seq_len}")
-        return seq
+        return prepare_sequence(self, messages, params, request_id or self._new_id(),
+                                chat_template_kwargs)
 
     async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None,
@@ -206,48 +142,23 @@ class Engine:
         params = params or self.config.default_params
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
-        if _prompt_chars(messages) <= PREPARE_ON_WORKER_CHARS:
-            # a short prompt is templated and tokenised by the worker thread itself, before its
-            # next pass: no thread hand-off per request (errors arrive through the queue and are
-            # raised at the first iteration, as below)
-            rid = request_id or self._new_id()
-            with self._lock:
-                if self._closed:
-                    raise RuntimeError("engine is closed")
-                self._pending.append(_Pending(rid, messages, params, chat_template_kwargs,
-                                              draft, caller))
-                self._wake.notify()
-            ticket = _Ticket(rid)
-        else:
-            ticket = _Ticket()
-
-            def submit() -> Sequence:
-                """Prepare and queue in one trip off the loop: the worker starts decoding
-                without waiting for the event loop to be scheduled again."""
-                seq = self.prepare(messages, params, request_id, chat_template_kwargs)
-                seq.draft = draft
-                with self._lock:
-                    if self._closed:
-                        raise RuntimeError("engine is closed")
-                    if ticket.cancelled:  # the caller left while the prompt was tokenised
-                        return seq
-                    self.scheduler.add(seq)  # may raise EngineOverloaded
-                    self._callers[seq.request_id] = caller
-                    ticket.request_id = seq.request_id
-                    self._wake.notify()
-                return seq
-
+        rid = request_id or self._new_id()
+        seq = None
+        if prompt_chars(messages) > PREPARE_ON_WORKER_CHARS:
             # templating + tokenising a long prompt takes a while: never on the caller's event
-            # loop, nor on the worker (it would hold up every running request's next pass)
-            try:
-                await asyncio.to_thread(submit)
-            except asyncio.CancelledError:
-                with self._lock:
-                    ticket.cancelled = True
-                    queued = ticket.request_id
-                if queued is not None:
-                    self.abort(queued)
-                raise
+            # loop, nor on the worker (it would hold up every running request's next pass). A
+            # caller cancelled meanwhile has queued nothing.
+            seq = await asyncio.to_thread(self.prepare, messages, params, rid,
+                                          chat_template_kwargs)
+        # a short prompt is templated and tokenised by the worker thread itself, before its next
+        # pass: no thread hand-off per request. Errors (a bad request, EngineOverloaded) come
+        # back through the queue and are raised at the first iteration.
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            self._pending.append(_Pending(rid, messages, params, chat_template_kwargs, draft,
+                                          caller, seq))
+            self._wake.notify()
         finished = False
         try:
             while not finished:
@@ -258,7 +169,7 @@ class Engine:
                 yield delta
         finally:
             if not finished:
-                self.abort(ticket.request_id)
+                self.abort(rid)
 
     def _new_id(self) -> str:
         return f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
@@ -365,12 +276,13 @@ class Engine:
                         self.runner.release(seq)
 
     def _queue_pending(self, pending: list[_Pending]) -> None:
-        """Prepare the short requests generate() left to this thread (off the lock) and queue
-        them; a request that cannot be prepared or queued gets its error through its queue."""
+        """Prepare (off the lock) the requests generate() left to this thread and queue them; a
+        request that cannot be prepared or queued gets its error through its queue."""
         ready = []
         for p in pending:
             try:
-                seq = self.prepare(p.messages, p.params, p.request_id, p.template_kwargs)
+                seq = p.seq or self.prepare(p.messages, p.params, p.request_id,
+                                            p.template_kwargs)
             except Exception as exc:  # a bad request: its caller raises it, nobody else sees it
                 p.caller.loop.call_soon_threadsafe(p.caller.queue.put_nowait, exc)
                 continue

@@ -313,8 +313,7 @@ class DiffusionLM(nn.Module):
     def _forward_planned(self, input_ids, kv_cache, slots, cache_lens, cache_len_max, write_pos,
                          logits_start, plan) -> torch.Tensor:
         """forward_step with a prepared AttnPlan: no per-pass geometry, no module calls."""
-        if (self.signed_layers is not None and input_ids.shape[0] == 1
-                and (plan.views is not None or plan.direct)):
+        if self._signed_applies(input_ids, plan):
             return self._forward_signed(input_ids, logits_start, plan)
         cfg = self.config
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -375,10 +374,15 @@ class DiffusionLM(nn.Module):
         """forward_step for one row with logits for input positions [logits_start, logits_end)
         only ([1, logits_end - logits_start, V]), where the signed batch-1 forward applies;
         None elsewhere."""
-        if (self.signed_layers is None or getattr(self, "fused_layers", None) is None
-                or input_ids.shape[0] != 1 or not (plan.views is not None or plan.direct)):
+        if getattr(self, "fused_layers", None) is None or not self._signed_applies(input_ids,
+                                                                                    plan):
             return None
         return self._forward_signed(input_ids, logits_start, plan, logits_end)
+
+    def _signed_applies(self, input_ids, plan) -> bool:
+        """One row that stores its K/V in the pool or reads no cache, on signed weights."""
+        return (self.signed_layers is not None and input_ids.shape[0] == 1
+                and (plan.views is not None or plan.direct))
 
     def _forward_signed(self, input_ids, logits_start, plan, logits_end=None) -> torch.Tensor:
         """_forward_planned for one row that stores its K/V in the pool (plan.views) or reads no

@@ -2,8 +2,8 @@
 
 `make_random_checkpoint(dir, family=...)` trains a tiny byte-level BPE (tokenizers) on a built-in
 text, writes tokenizer.json + tokenizer_config.json (ChatML template) and a random model through
-engine.loader.save_checkpoint. Nothing is downloaded. `decode_in_this_thread(engine, seq)` decodes
-a prepared Sequence without the worker thread (tests and the speed driver).
+engine.loader.save_checkpoint. Nothing is downloaded. `decode_in_this_thread(engine, *seqs)` decodes
+prepared Sequences without the worker thread (tests and the speed driver).
 """
 
 from __future__ import annotations
@@ -91,15 +91,18 @@ def make_random_checkpoint(out_dir: str | Path, family: str = "sdar", seed: int 
     return out
 
 
-def decode_in_this_thread(engine, seq) -> None:
-    """Decode one prepared Sequence to its end with the engine's own scheduler and runner, in
-    the calling thread (no worker thread, no event loop): what the speed driver calls "engine
-    core", and how tests compare decoding paths pass for pass. Holds the engine's lock."""
+def decode_in_this_thread(engine, *seqs) -> None:
+    """Decode prepared Sequences (batched together) to their end with the engine's own scheduler
+    and runner, in the calling thread (no worker thread, no event loop): what the speed driver
+    calls "engine core", and how tests compare decoding paths pass for pass. Holds the engine's
+    lock."""
     with engine._lock:
-        engine.scheduler.add(seq)
-        while seq.finish_reason is None:
+        for seq in seqs:
+            engine.scheduler.add(seq)
+        while any(seq.finish_reason is None for seq in seqs):
             rows, admitted = engine.scheduler.schedule()
             for s in admitted:
                 engine.runner.admit(s)
             engine.scheduler.update(rows, engine.runner.step(rows))
-        engine.runner.release(seq)
+        for seq in seqs:
+            engine.runner.release(seq)

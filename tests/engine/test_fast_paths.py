@@ -222,16 +222,7 @@ def test_last_layer_on_logit_rows_only_matches_the_full_forward(family, rows, mo
             group = cases[i:i + rows]
             seqs = [engine.prepare(golden["prompts"][c["prompt"]],
                                    SamplingParams(**c["engine_params"])) for c in group]
-            with engine._lock:
-                for seq in seqs:
-                    engine.scheduler.add(seq)
-                while any(seq.finish_reason is None for seq in seqs):
-                    batch, admitted = engine.scheduler.schedule()
-                    for seq in admitted:
-                        engine.runner.admit(seq)
-                    engine.scheduler.update(batch, engine.runner.step(batch))
-                for seq in seqs:
-                    engine.runner.release(seq)
+            decode_in_this_thread(engine, *seqs)
             assert [seq.generated for seq in seqs] == [c["answer"] for c in group]
         assert any(b == rows for b, _ in trimmed)  # the path under test was taken
     finally:

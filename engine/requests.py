@@ -1,0 +1,78 @@
+"""Turning one request into a Sequence: validation, chat template, tokens, the family's decoding
+rules and, for tool calls / response_format, the answer's skeleton. Pure host work; the engine
+runs it on its worker thread (short prompts) or on a thread of its own (long ones)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from diffvoice.engine.constrained import build_plan
+from diffvoice.engine.decoding import resolve
+from diffvoice.engine.params import SamplingParams
+from diffvoice.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from diffvoice.engine.engine import Engine
+
+
+def prompt_chars(messages) -> int:
+    """Characters of message text a request carries (the max_prompt_chars measure)."""
+    if isinstance(messages, str):
+        return len(messages)
+    if not isinstance(messages, list | tuple):
+        return 0
+    return sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
+
+
+def prepare_sequence(engine: Engine, messages: list[dict] | str, params: SamplingParams,
+                     request_id: str, chat_template_kwargs: dict | None) -> Sequence:
+    """Engine.prepare: raises ValueError naming the problem."""
+    if not isinstance(params, SamplingParams):
+        raise ValueError("params must be a SamplingParams")
+    if not messages:
+        raise ValueError("messages must be a non-empty list")
+    kwargs = chat_template_kwargs or {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ValueError("chat_template_kwargs must be a dict with string keys")
+    if {"messages", "add_generation_prompt"} & set(kwargs):
+        raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
+    if kwargs and isinstance(messages, str):
+        raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
+    chars = prompt_chars(messages)
+    if chars > engine.config.max_prompt_chars:
+        raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
+                         f"{engine.config.max_prompt_chars}")
+    # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
+    if params.tools and "tools" not in kwargs:  # templates with tool support (Qwen, Hermes)
+        kwargs = {**kwargs, "tools": list(params.tools)}
+    prompt = (engine.tokenizer.encode(messages) if isinstance(messages, str)
+              else engine.tokenizer.encode_chat(messages, **kwargs))
+    mc = engine.model_config
+    if params.tools or params.response_format:
+        # constrained rows decode under the engine's own rules: the reference decoders
+        # re-predict decoded slots (SDAR's top-k), which would overwrite the laid skeleton
+        params = dataclasses.replace(params, decoding="fast")
+    params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
+    plan = build_plan(params.tools, params.tool_choice, params.response_format,
+                      engine.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens,
+                      messages=None if isinstance(messages, str) else messages)
+    state = plan.start() if plan is not None else None
+    if state is not None and state.structured:  # the answer is the skeleton: its length
+        params = dataclasses.replace(params, max_new_tokens=plan.max_length)
+    if plan is not None and len(prompt) + plan.max_length > engine.max_seq_len:
+        raise ValueError(f"prompt ({len(prompt)} tokens) + the longest structured answer "
+                         f"({plan.max_length}) exceeds max_seq_len {engine.max_seq_len}")
+    model_block = mc.block_size if mc.block_causal else 0
+    decode_block = params.block_size
+    if model_block and model_block % decode_block:
+        raise ValueError(f"block_size {decode_block} must divide the model's trained block "
+                         f"{model_block} ({engine.model_name} is block-causal)")
+    seq = Sequence(request_id, prompt,
+                   params, model_block, decode_block, int(mc.logit_shift),
+                   engine.config.prefix_cache and rules.prefix_cache, rules=rules)
+    seq.constraint = state
+    if seq.canvas_end > engine.max_seq_len:
+        raise ValueError(f"prompt ({seq.prompt_len} tokens) + max_new_tokens "
+                         f"({params.max_new_tokens}) exceeds max_seq_len {engine.max_seq_len}")
+    return seq
