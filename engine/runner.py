@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from diffvoice.engine.constrained.hook import after_pass, constrain_pass
 from diffvoice.engine.cuda_graphs import StaticForward
@@ -46,7 +47,6 @@ class ModelRunner:
         self.shift = int(self.mc.logit_shift)
         self.eos_set = tuple(sorted(set(ids)))
         self._views: dict[tuple[int, int, int], torch.Tensor] = {}
-        self._logit_bufs: dict[tuple[int, int, int, int], torch.Tensor] = {}
         slots = config.max_running
         dtype = next(self.model.parameters()).dtype
         shape = (slots, self.mc.num_kv_heads, self.T + 1, self.mc.head_dim)
@@ -164,22 +164,17 @@ class ModelRunner:
         return step
 
     def _some_logits(self, ids: torch.Tensor, plan) -> torch.Tensor | None:
-        """One row: logits for the window slots plan.logit_rows only, in a [1, W, V] buffer
-        whose other rows stay 0 (no policy reads them); None where the forward has no such
-        path (then every row's logits are computed)."""
+        """One row: logits for the window slots plan.logit_rows only, padded with zero rows to
+        [1, W, V] (no policy reads them); None where the forward has no such path (then every
+        row's logits are computed)."""
         lo, hi = plan.logit_rows
         start = plan.logits_start
         part = self.model.forward_rows(ids, self.kv, start + lo, start + hi, plan.attn)
         if part is None:
             return None
-        key = (plan.W, part.shape[-1], lo, hi)  # per range: the rows outside it stay 0
-        buf = self._logit_bufs.get(key)
-        if buf is None:
-            if len(self._logit_bufs) >= 256:
-                self._logit_bufs.clear()
-            buf = self._logit_bufs[key] = part.new_zeros(1, plan.W, part.shape[-1])
-        buf[:, lo:hi] = part
-        return buf
+        # a fresh pad per pass, not a cached buffer per range: with a large vocabulary each
+        # [W, V] buffer would be tens of MB
+        return F.pad(part, (0, 0, lo, plan.W - hi))
 
     def _finish_on_host(self, rows, plan, new, commit, conf) -> StepOutput:
         """Batch 1 on the CPU: write the window back and read it once; the host counts the
