@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from diffvoice.engine.attention import attention_mask, uses_mask
+from diffvoice.engine.policies.host import HOST_POLICIES
 from diffvoice.engine.rowbatch import INT, RowKey
 
 
@@ -88,6 +89,9 @@ class PassPlan:
     # batch 1: the window slots [lo, hi) whose logits a pass can use (the slots its policy may
     # commit or re-predict); the forward computes only those rows' logits (None: all W)
     logit_rows: tuple[int, int] | None = None
+    # batch 1 with host_count and a policy the host can apply (engine.policies.host): the
+    # decode block's window slots [d0, d1); the runner then decides the commits on the host
+    host_block: tuple[int, int] | None = None
 
 
 def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
@@ -271,6 +275,9 @@ class PlanCache:
                 host_count = (d0, end, max(g("prompt_len") - q_start, 0))
             else:
                 host_count = (d0, d1, None)
+        host_block = None
+        if host_count is not None and key.policy in HOST_POLICIES:
+            host_block = (g("d_start") - q_start, g("d_end") - q_start)
         return PassPlan(
             W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
             key_valid=key_valid, visible=self.vec((vis,), torch.long), cache_len_max=vis,
@@ -284,7 +291,8 @@ class PlanCache:
             threshold=self.vec((key.threshold,), torch.float32),
             entropy_bound=self.vec((key.entropy_bound,), torch.float32),
             full_vocab=self.vec((True,), torch.bool) if full else None,
-            full_vocab_all=bool(full), host_count=host_count, logit_rows=logit_rows)
+            full_vocab_all=bool(full), host_count=host_count, logit_rows=logit_rows,
+            host_block=host_block)
 
     def _window(self, W, d0, d1, b0, first_token, p0, g0, stop, eos_fill, final) -> tuple:
         """Masks over one row's window [1, W], relative to its start (cached by shape)."""
