@@ -93,7 +93,8 @@ class ModelRunner:
         else:
             ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
         if (plan.host_block is not None and plan.host_count is not None and self.static is None
-                and not self.pinned and rows[0].constraint is None and rows[0].params.temperature <= 0):
+                and not self.pinned and rows[0].constraint is None
+                and rows[0].params.temperature <= 0):
             step = self._step_on_host(rows[0], keys[0], plan, ids)
             if step is not None:
                 return step
