@@ -219,8 +219,21 @@ class DiffusionLM(nn.Module):
         def doubled(v: torch.Tensor) -> torch.Tensor:
             return torch.cat((v, v))
 
+        width = (cfg.num_heads + cfg.num_kv_heads) * cfg.head_dim
+
+        def with_rolled(m: torch.Tensor | None, qk_norm: bool) -> torch.Tensor | None:
+            # without a q/k norm the rotary's roll(q, D/2) is a permutation of the projection's
+            # outputs: computed by the same matmul from the permuted weight rows (one op less
+            # per layer, and the rotation one addcmul)
+            if m is None or qk_norm:
+                return m
+            qk = m[:width].unflatten(0, (-1, cfg.head_dim))
+            return torch.cat((m[:width], qk.roll(cfg.head_dim // 2, 1).flatten(0, 1),
+                              m[width:]))
+
         layers = [
-            (doubled(in_w), in_eps, qkv_w.t().contiguous(), qkv_b, qk_w, qk_eps, qk_norm,
+            (doubled(in_w), in_eps, with_rolled(qkv_w, qk_norm).t().contiguous(),
+             with_rolled(qkv_b, qk_norm), qk_w, qk_eps, qk_norm,
              out_signed(o_w), doubled(post_w), post_eps, gate_up_w.t().contiguous(),
              out_signed(down_w))
             for (in_w, in_eps, qkv_w, qkv_b, qk_w, qk_eps, qk_norm, o_w, post_w, post_eps,
@@ -405,10 +418,13 @@ class DiffusionLM(nn.Module):
             hx = torch.layer_norm(x, (hid2,), in_w, None, in_eps)[:, :hid]
             qkv = torch.mm(hx, qkv_w) if qkv_b is None else torch.addmm(qkv_b, hx, qkv_w)
             qk = qkv[:, :width].view(n, h + hkv, d)
-            v = qkv[:, width:].view(n, hkv, d)
             if qk_norm:
+                v = qkv[:, width:].view(n, hkv, d)
                 qk = torch.rms_norm(qk, (d,), None, qk_eps) * qk_w
-            qk = qk * cos + qk.roll(d // 2, -1) * sin
+                qk = qk * cos + qk.roll(d // 2, -1) * sin
+            else:  # the rolled q/k come from the same matmul (`_signed_residual_weights`)
+                v = qkv[:, 2 * width:].view(n, hkv, d)
+                qk = torch.addcmul(qk * cos, qkv[:, width:2 * width].view(n, h + hkv, d), sin)
             q = qk[None, :, :h].transpose(1, 2)  # [1, Hq, L, D]
             if views is not None:
                 k_dst, v_dst, keys, values = views[i]

@@ -7,11 +7,17 @@ it needs the upstream files named in PROVENANCE.md (never committed) and transfo
     fdllm_llada  PYTHONPATH=<transformers 4.53.1> python tests/engine/golden/speed_vs_upstream.py \\
         FAMILY [REPS] [--out FILE.json]
 
-Every golden case of the family (same fixture, prompts, settings), REPS times; per case the
-upstream loop, the engine, the plain loop and the engine core (scheduler + runner driven in this
-thread) run back to back so load shifts hit all of them; the engine's answers are asserted equal
-to the goldens (the tokens the upstream loop produced). One torch thread. Prints one JSON line
-(tok/s and ratios) and appends it, with the date and load average, to --out.
+Every golden case of the family (same fixture, prompts, settings), REPS times, measured two ways:
+- interleaved (`tok_per_s`, `engine_vs_upstream`, ...): per case the upstream loop, the engine,
+  the plain loop and the engine core (scheduler + runner driven in this thread) run back to
+  back, so load shifts hit all of them. Each request through `Engine.generate` then follows
+  other model work in the caller's thread and finds the engine worker idle: it pays the worker's
+  wake-up and runs on caches the caller just used for something else.
+- steady (`steady_*`): each of the four runs all the cases back to back, in turn (the order
+  rotates per repetition), as a client sending one request after another sees it.
+The engine's answers are asserted equal to the goldens (the tokens the upstream loop produced).
+One torch thread. Prints one JSON line (tok/s and ratios) and appends it, with the date and load
+average, to --out.
 """
 
 from __future__ import annotations
@@ -125,28 +131,36 @@ def main(family: str, reps: int, out: Path | None) -> dict:
         return seq.generated
 
     res = dict.fromkeys(("upstream", "engine", "plain", "engine_core"), 0.0)
+    steady = dict.fromkeys(res, 0.0)
 
-    async def interleaved():
-        with torch.inference_mode():  # warm-up
-            upstream(cases[0])
-            run_case(family, loaded.model, loaded.config, cases[0])
-        await one(cases[0])
-        core(cases[0])
-        for _ in range(reps):
+    async def run_one(name, c):
+        if name == "upstream":
+            with torch.inference_mode():
+                upstream(c)
+        elif name == "engine":
+            assert await one(c) == c["answer"]
+        elif name == "plain":
+            with torch.inference_mode():
+                run_case(family, loaded.model, loaded.config, c)
+        else:
+            assert core(c) == c["answer"]
+
+    async def measure():
+        for name in res:  # warm-up
+            await run_one(name, cases[0])
+        for _ in range(reps):  # per case, the four back to back: load shifts hit all of them
             for c in cases:
-                t0 = time.perf_counter()
-                with torch.inference_mode():
-                    upstream(c)
-                t1 = time.perf_counter()
-                assert await one(c) == c["answer"]
-                t2 = time.perf_counter()
-                with torch.inference_mode():
-                    run_case(family, loaded.model, loaded.config, c)
-                t3 = time.perf_counter()
-                assert core(c) == c["answer"]
-                t4 = time.perf_counter()
-                for k, dt in zip(res, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
-                    res[k] += dt
+                for name in res:
+                    t = time.perf_counter()
+                    await run_one(name, c)
+                    res[name] += time.perf_counter() - t
+        names = list(steady)
+        for r in range(reps):  # steady state: each runs every case back to back, in turn
+            for name in names[r % 4:] + names[:r % 4]:
+                t = time.perf_counter()
+                for c in cases:
+                    await run_one(name, c)
+                steady[name] += time.perf_counter() - t
         t = time.perf_counter()
         for _ in range(reps):
             got = []
@@ -157,9 +171,10 @@ def main(family: str, reps: int, out: Path | None) -> dict:
 
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    asyncio.run(interleaved())
+    asyncio.run(measure())
     engine.close()
     tps = {k: ntok / v for k, v in res.items()}
+    sps = {k: ntok / v for k, v in steady.items()}
     report = {
         "family": family, "started": started, "reps": reps, "answer_tokens": ntok,
         "answers_identical_to_goldens": f"{len(cases) * reps}/{len(cases) * reps}",
@@ -170,6 +185,9 @@ def main(family: str, reps: int, out: Path | None) -> dict:
         "engine_core_vs_upstream": round(tps["engine_core"] / tps["upstream"], 2),
         "engine_vs_plain_loop": round(tps["engine"] / tps["plain"], 2),
         "batch8_vs_upstream": round(tps["engine_batch8"] / tps["upstream"], 2),
+        "steady_tok_per_s": {k: round(v, 1) for k, v in sps.items()},
+        "steady_engine_vs_upstream": round(sps["engine"] / sps["upstream"], 2),
+        "steady_engine_core_vs_upstream": round(sps["engine_core"] / sps["upstream"], 2),
         "torch_threads": torch.get_num_threads(),
     }
     print(json.dumps(report))
