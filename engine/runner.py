@@ -58,6 +58,9 @@ class ModelRunner:
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
         graphs = device.type == "cuda" and not config.enforce_eager
+        # (sequence, plan, predictions) of a one-row host pass that committed nothing on an
+        # uncached plan: the next pass of that row on that plan reuses them (_step_on_host)
+        self._idle_pass = None
         self.plans = PlanCache(self.model, self.kv, device, self.T, self.mask_id, self.shift)
         self.static = None
         if self.mc.block_causal and (graphs or config.static_shapes):
@@ -98,6 +101,7 @@ class ModelRunner:
             step = self._step_on_host(rows[0], keys[0], plan, ids)
             if step is not None:
                 return step
+        self._idle_pass = None
         logits = None
         if self.static is not None and plan.write_pos is None:  # decode-only: fixed shapes
             logits = self.static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
@@ -198,6 +202,37 @@ class ModelRunner:
         if not decidable_on_host(key.policy, len(masked), knobs.k_fixed):
             return None
         lo, hi = plan.logit_rows or (0, W)
+        idle, self._idle_pass = self._idle_pass, None
+        if idle is not None and idle[0] is s and idle[1] is plan:
+            pred, conf, entropy = idle[2:]  # the canvas is as the last pass left it
+        else:
+            pred, conf, entropy = self._host_predictions(s, key, plan, ids, lo, hi)
+        if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone
+            chosen = [d0] if toks[d0] == self.mask_id else []
+        else:
+            chosen = commit_on_host(key.policy, masked, conf, entropy, lo,
+                                    threshold=key.threshold, steps_left=knobs.steps_left,
+                                    dream_f=knobs.dream_f, k_fixed=knobs.k_fixed)
+        if not chosen and plan.attn is not None and plan.attn.direct:
+            # nothing committed (Dream's k may be 0) and the row reads and writes no cache:
+            # the next pass would feed the same tokens at the same positions, so its
+            # predictions are these
+            self._idle_pass = (s, plan, pred, conf, entropy)
+        for j in chosen:
+            toks[j] = pred[j - lo]
+        if chosen:
+            self._view(self.seq, plan.window_write).copy_(torch.tensor(toks))
+        step = StepOutput(window_start=plan.window_start, tokens=[toks],
+                          remaining=[self._host_remaining(toks, plan)])
+        if s.t_first_block is None:  # the lowest committed confidence (micro-units)
+            low = min((conf[j - lo] for j in chosen), default=1.0)
+            step.min_conf = [int(low * 1e6) / 1e6]
+        after_pass(self, [s], step.window_start, step.tokens)
+        return step
+
+    def _host_predictions(self, s: Sequence, key, plan, ids: torch.Tensor, lo: int, hi: int):
+        """The pass's forward for window slots [lo, hi) and their greedy prediction,
+        confidence and (for entropy policies) entropy, as host lists."""
         logits = None
         if plan.logit_rows is not None and plan.attn is not None:
             start = plan.logits_start
@@ -211,25 +246,8 @@ class ModelRunner:
                                       need_entropy=key.policy in NEEDS_ENTROPY,
                                       full_vocab=plan.full_vocab,
                                       full_vocab_all=plan.full_vocab_all)
-        pred, conf = pred[0].tolist(), conf[0].tolist()
-        if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone
-            chosen = [d0] if toks[d0] == self.mask_id else []
-        else:
-            chosen = commit_on_host(key.policy, masked, conf,
-                                    None if entropy is None else entropy[0].tolist(), lo,
-                                    threshold=key.threshold, steps_left=knobs.steps_left,
-                                    dream_f=knobs.dream_f, k_fixed=knobs.k_fixed)
-        for j in chosen:
-            toks[j] = pred[j - lo]
-        if chosen:
-            self._view(self.seq, plan.window_write).copy_(torch.tensor(toks))
-        step = StepOutput(window_start=plan.window_start, tokens=[toks],
-                          remaining=[self._host_remaining(toks, plan)])
-        if s.t_first_block is None:  # the lowest committed confidence (micro-units)
-            low = min((conf[j - lo] for j in chosen), default=1.0)
-            step.min_conf = [int(low * 1e6) / 1e6]
-        after_pass(self, [s], step.window_start, step.tokens)
-        return step
+        return (pred[0].tolist(), conf[0].tolist(),
+                None if entropy is None else entropy[0].tolist())
 
     def _host_remaining(self, toks: list[int], plan) -> int:
         """The masks in the window that still decide the answer (plan.host_count)."""

@@ -1,7 +1,7 @@
 """The one-row CPU pass that decides its commits on the host (engine.policies.host, runner
 `_step_on_host`) against the tensor policies: on random inputs, policy by policy, and on whole
 requests (golden cases and other policies), token for token, pass for pass, with the same
-first-block confidence."""
+first-block confidence (Dream's passes after one that committed nothing reuse its predictions)."""
 
 from __future__ import annotations
 
@@ -133,6 +133,14 @@ def test_host_pass_decodes_as_the_tensor_pass(family, monkeypatch):
             return out
 
         monkeypatch.setattr(engine.runner, "_step_on_host", counting)
+        forwards = []
+        predictions = engine.runner._host_predictions
+
+        def forward(*args):
+            forwards.append(1)
+            return predictions(*args)
+
+        monkeypatch.setattr(engine.runner, "_host_predictions", forward)
 
         def run(host: bool):
             plans.plans.clear()
@@ -154,6 +162,10 @@ def test_host_pass_decodes_as_the_tensor_pass(family, monkeypatch):
         host = run(True)
         assert host == tensor
         assert sum(taken) > 0.8 * len(taken)  # most passes were decided on the host
+        if family == "dream":  # a pass after one that committed nothing reuses its predictions
+            assert 0 < len(forwards) < sum(taken)
+        else:
+            assert len(forwards) == sum(taken)
         n = len(golden["cases"])
         assert [g for g, *_ in host[:n]] == [c["answer"] for c in golden["cases"]]
     finally:
