@@ -6,6 +6,7 @@ regenerate the goldens from the plain loops in engine.reference_loops (no upstre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -20,6 +21,22 @@ def load_golden(family: str):
 
     loaded = load_checkpoint(GOLDEN / family / "fixture", dtype="float32", device="cpu")
     return loaded, json.loads((GOLDEN / family / "golden.json").read_text())
+
+
+@contextlib.contextmanager
+def golden_engine(family: str, **config):
+    """(golden data, an Engine on the family's fixture: max_running 2, float32 unless `config`
+    says otherwise); the engine is closed afterwards."""
+    from diffvoice.engine import Engine, EngineConfig
+
+    _, golden = load_golden(family)
+    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
+                                    EngineConfig(**{"max_running": 2, "dtype": "float32",
+                                                    **config}))
+    try:
+        yield golden, engine
+    finally:
+        engine.close()
 
 
 def main(family: str) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 import torch
-from golden_loops import GOLDEN, load_golden
+from golden_loops import GOLDEN, golden_engine, load_golden
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.policies import PolicyKnobs
@@ -75,10 +75,7 @@ def test_host_mask_count_matches_device_count(family, monkeypatch):
     """Golden cases (many end at an EOS), at its reference settings and with the engine's
     fast decoding, decodes to the same tokens in the same number of passes whether the host
     (plan.host_count) or the device counts the masks left."""
-    _, golden = load_golden(family)
-    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
-                                    EngineConfig(max_running=2, dtype="float32"))
-    try:
+    with golden_engine(family) as (golden, engine):
         cases = golden["cases"][::3]
         jobs = [(golden["prompts"][c["prompt"]], SamplingParams(**c["engine_params"]))
                 for c in cases]
@@ -108,8 +105,6 @@ def test_host_mask_count_matches_device_count(family, monkeypatch):
         assert [g for g, _, _ in host[:len(cases)]] == [c["answer"] for c in cases]
         if family != "sdar":  # answers cut at an EOS stop early: fewer passes than the canvas
             assert any(r == "stop" for _, _, r in host)
-    finally:
-        engine.close()
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
@@ -118,10 +113,7 @@ def test_signed_residual_forward_matches_planned_forward(family, monkeypatch):
     2-D addmm) gives the logits of the general planned forward on every pass of real requests
     (cached / uncached, with and without q/k norm and qkv bias), and the engine's answers do not
     change when it is switched off."""
-    _, golden = load_golden(family)
-    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
-                                    EngineConfig(max_running=2, dtype="float32"))
-    try:
+    with golden_engine(family) as (golden, engine):
         model = engine.runner.model
         signed = model.signed_layers
         assert signed is not None  # small fp32 model on the CPU
@@ -173,8 +165,6 @@ def test_signed_residual_forward_matches_planned_forward(family, monkeypatch):
                                  SamplingParams(**c["engine_params"]))
             decode_in_this_thread(engine, seq)
             assert seq.generated == c["answer"]
-    finally:
-        engine.close()
 
 
 @pytest.mark.parametrize("rows", [1, 2], ids=["batch1-signed", "batch2-planned"])
@@ -186,10 +176,7 @@ def test_last_layer_on_logit_rows_only_matches_the_full_forward(family, rows, mo
     real requests (one row: the signed forward; two rows: the general planned forward) the
     logits equal those of the same forward asked for every row, sliced, and the answers stay
     the goldens."""
-    _, golden = load_golden(family)
-    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
-                                    EngineConfig(max_running=2, dtype="float32"))
-    try:
+    with golden_engine(family) as (golden, engine):
         model = engine.runner.model
         planned = type(model)._forward_planned
         trimmed = []
@@ -225,8 +212,6 @@ def test_last_layer_on_logit_rows_only_matches_the_full_forward(family, rows, mo
             decode_in_this_thread(engine, *seqs)
             assert [seq.generated for seq in seqs] == [c["answer"] for c in group]
         assert any(b == rows for b, _ in trimmed)  # the path under test was taken
-    finally:
-        engine.close()
 
 
 def test_signed_residual_weights_only_for_small_cpu_fp32_models():

@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 import torch
-from golden_loops import GOLDEN, load_golden
+from golden_loops import golden_engine
 
-from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine import SamplingParams
 from diffvoice.engine.decoding import sdar_schedule
 from diffvoice.engine.policies import POLICIES, PolicyKnobs
 from diffvoice.engine.policies.host import (
@@ -118,10 +118,7 @@ def _requests(family: str, golden: dict) -> list[tuple]:
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
 def test_host_pass_decodes_as_the_tensor_pass(family, monkeypatch):
-    _, golden = load_golden(family)
-    engine = Engine.from_pretrained(GOLDEN / family / "fixture",
-                                    EngineConfig(max_running=2, dtype="float32"))
-    try:
+    with golden_engine(family) as (golden, engine):
         plans = engine.runner.plans
         build_one = plans._build_one
         taken = []
@@ -168,5 +165,3 @@ def test_host_pass_decodes_as_the_tensor_pass(family, monkeypatch):
             assert len(forwards) == sum(taken)
         n = len(golden["cases"])
         assert [g for g, *_ in host[:n]] == [c["answer"] for c in golden["cases"]]
-    finally:
-        engine.close()
