@@ -68,7 +68,11 @@ _REFERENCE = {
 
 
 def resolve(params: SamplingParams, mc: ModelConfig) -> tuple[SamplingParams, DecodeRules]:
-    """-> (params with a concrete policy, threshold and block_size, the family's rules)."""
+    """-> (params with a concrete policy, threshold, block_size and decoding, the family's
+    rules). decoding None is "reference" here; the engine first replaces it by the model's own
+    default (engine.requests)."""
+    if params.decoding is None:
+        params = replace(params, decoding="reference")
     if params.decoding == "fast":
         policy = params.policy or "low_confidence"
         tau = 0.9 if params.threshold is None else params.threshold

@@ -123,6 +123,11 @@ class Engine:
         loaded = load_checkpoint(path, dtype=config.dtype, device=str(device))
         return cls(loaded, config)
 
+    @property
+    def default_decoding(self) -> str:
+        """What SamplingParams(decoding=None) decodes with on this model (engine.loader)."""
+        return self.loaded.default_decoding
+
     # ------------------------------------------------------------------ caller side
     def prepare(self, messages: list[dict] | str, params: SamplingParams,
                 request_id: str | None = None,

@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 
 from diffvoice.engine.config import ModelConfig
 from diffvoice.engine.model import DiffusionLM
+from diffvoice.engine.params import DECODINGS
 from diffvoice.engine.tokenizer import ChatTokenizer
 
 log = logging.getLogger("diffvoice.loader")
@@ -94,6 +95,21 @@ class LoadedModel:
     config: ModelConfig
     path: Path
     name: str
+    # SamplingParams(decoding=None) means this: generation_config.json's "decoding", where the
+    # checkpoint names one (read_default_decoding), else the family's authors' decoding
+    default_decoding: str = "reference"
+
+
+def read_default_decoding(path: str | Path) -> str:
+    """The decoding a checkpoint asks for by default: generation_config.json's "decoding"
+    ("reference" / "fast"; diffvoice's receptionists write "fast"), else "reference"."""
+    gen_file = Path(path) / "generation_config.json"
+    if not gen_file.is_file():
+        return "reference"
+    value = json.loads(gen_file.read_text()).get("decoding", "reference")
+    if value not in DECODINGS:
+        raise ValueError(f"{gen_file}: decoding must be one of {DECODINGS}, got {value!r}")
+    return value
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -198,7 +214,8 @@ def load_checkpoint(path: str | Path, dtype: str = "auto", device: str = "cpu") 
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.embed.weight
     model.eval().requires_grad_(False)
-    return LoadedModel(model=model, tokenizer=tokenizer, config=cfg, path=path, name=path.name)
+    return LoadedModel(model=model, tokenizer=tokenizer, config=cfg, path=path, name=path.name,
+                       default_decoding=read_default_decoding(path))
 
 
 def save_checkpoint(model: DiffusionLM, out_dir: str | Path,

@@ -40,8 +40,11 @@ class SamplingParams:
                      trained block (sub-blocks decoded in order inside it).
     temperature:     0 = greedy; > 0 samples with Gumbel noise drawn from `seed`.
     ignore_eos:      keep generating to max_new_tokens (benchmarks at equal answer length).
-    decoding:        "reference" = decode as the family's authors' code does (the default);
-                     "fast" = the engine's departures (fewer passes; see engine.decoding).
+    decoding:        "reference" = decode as the family's authors' code does;
+                     "fast" = the engine's departures (fewer passes; see engine.decoding);
+                     None (the default) = the model's own: the `decoding` its checkpoint's
+                     generation_config.json names (diffvoice's receptionists: "fast", what they
+                     are trained and evaluated with), else "reference".
     """
 
     max_new_tokens: int = 64
@@ -61,7 +64,7 @@ class SamplingParams:
     tools: tuple[dict, ...] = ()
     tool_choice: str | dict | None = None
     response_format: dict | None = None
-    decoding: str = "reference"
+    decoding: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -73,7 +76,7 @@ class SamplingParams:
             raise ValueError(f"steps_per_block must be >= 1, got {self.steps_per_block!r}")
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
-        if self.decoding not in DECODINGS:
+        if self.decoding is not None and self.decoding not in DECODINGS:
             raise ValueError(f"decoding must be one of {DECODINGS}, got {self.decoding!r}")
         if self.entropy_bound < 0.0:
             raise ValueError(f"entropy_bound must be >= 0, got {self.entropy_bound!r}")

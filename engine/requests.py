@@ -49,6 +49,8 @@ def prepare_sequence(engine: Engine, messages: list[dict] | str, params: Samplin
     prompt = (engine.tokenizer.encode(messages) if isinstance(messages, str)
               else engine.tokenizer.encode_chat(messages, **kwargs))
     mc = engine.model_config
+    if params.decoding is None:  # the model's own default (its generation_config.json)
+        params = dataclasses.replace(params, decoding=engine.default_decoding)
     if params.tools or params.response_format:
         # constrained rows decode under the engine's own rules: the reference decoders
         # re-predict decoded slots (SDAR's top-k), which would overwrite the laid skeleton

@@ -284,7 +284,9 @@ class DiffusionLLMService(LLMService):
                 self.last_clarify = ClarifyRecord()
                 source = self._clarify.wrap(source, abort=self._abort_current,
                                             record=self.last_clarify,
-                                            first_block=self._clarify.calibrated(params),
+                                            first_block=self._clarify.calibrated(
+                                                params, getattr(self._engine, "default_decoding",
+                                                                "reference")),
                                             messages=messages)
             async for delta in source:
                 answer.passes = max(answer.passes, getattr(delta, "passes", 0))

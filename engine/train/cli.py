@@ -125,7 +125,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS),
                         help="decoding settings: low_confidence:STEPS_PER_BLOCK, threshold:P, "
                              "entropy:GAMMA, each optionally @fast or @reference (the "
-                             "decoding; constrained tool rows always decode fast)")
+                             "decoding; default: the model's own, fast for receptionists; "
+                             "constrained tool rows always decode fast)")
     parser.add_argument("--per-template", type=int, default=1,
                         help="renderings of each held-out template per slot value")
     parser.add_argument("--limit", type=int, default=None,

@@ -71,8 +71,9 @@ def path_params(path: str, params: SamplingParams, facts) -> SamplingParams:
 
 def parse_setting(spec: str, max_new_tokens: int) -> SamplingParams:
     """'low_confidence:4' (steps per block), 'threshold:0.9', 'entropy:0.5' -> SamplingParams;
-    a suffix '@fast' / '@reference' picks SamplingParams.decoding (default: the family's
-    reference decoding, as serve without tools; constrained rows always decode 'fast')."""
+    a suffix '@fast' / '@reference' picks SamplingParams.decoding (default: the model's own, as
+    serve without tools: its generation_config.json's, 'fast' for receptionists; constrained
+    rows always decode 'fast')."""
     import dataclasses
 
     body, _, decoding = spec.partition("@")
@@ -155,8 +156,9 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
         text = tool_call_text(call["name"], json.loads(call["arguments"]), list(params.tools))
     conf = last.first_block_confidence
     # the first-block test only where the threshold is calibrated, exactly as at run time
-    # (voice.receptionist.clarify.ClarifyGuard.calibrated: "fast" decoding or tools)
-    calibrated = params.decoding == "fast" or bool(params.tools)
+    # (voice.receptionist.clarify.ClarifyGuard.calibrated: "fast" decoding or tools; no
+    # decoding named = the model's own default)
+    calibrated = (params.decoding or engine.default_decoding) == "fast" or bool(params.tools)
     final, clarified = guard(text, conf if calibrated else None, gen.is_well_formed,
                              clarify_below)
     correct_raw, exact = score(example, text)

@@ -229,6 +229,11 @@ def warm_start(model: DiffusionLM, path: str) -> None:
 
 def export(model: DiffusionLM, cfg: TrainConfig, out: Path) -> None:
     save_checkpoint(model, out, tokenizer_dir=out, dtype=cfg.export_dtype)
+    # a receptionist is trained and evaluated with the engine's own decoding: it asks for it by
+    # default (SamplingParams(decoding=None), engine.loader.read_default_decoding)
+    gen_file = out / "generation_config.json"
+    gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
+    gen_file.write_text(json.dumps({**gen, "decoding": "fast"}, indent=2) + "\n")
     if Path(cfg.facts).resolve() != (out / "facts.yaml").resolve():
         shutil.copy(cfg.facts, out / "facts.yaml")
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.config import ModelConfig
-from diffvoice.engine.loader import load_checkpoint, read_config
+from diffvoice.engine.loader import load_checkpoint, read_config, read_default_decoding
 from diffvoice.engine.testing import make_random_checkpoint
 
 
@@ -156,3 +157,25 @@ def test_saved_weights_get_the_umask_mode_not_0600(tmp_path, shard_size):
     assert weights
     for w in weights:
         assert stat.S_IMODE(w.stat().st_mode) == 0o666 & ~umask, w
+
+
+def test_checkpoint_names_its_default_decoding(ckpt):
+    """generation_config.json's "decoding" is what SamplingParams(decoding=None) decodes with
+    (diffvoice's receptionists: "fast"); without it, the family's authors' decoding; an explicit
+    request setting wins; a bad value names the file."""
+    assert read_default_decoding(ckpt) == "reference"
+    gen_file = ckpt / "generation_config.json"
+    gen = json.loads(gen_file.read_text())
+    gen_file.write_text(json.dumps({**gen, "decoding": "fast"}))
+    assert load_checkpoint(ckpt).default_decoding == "fast"
+    engine = Engine.from_pretrained(ckpt, EngineConfig(max_running=1, dtype="float32"))
+    try:
+        hello = [{"role": "user", "content": "hello"}]
+        assert engine.prepare(hello, SamplingParams()).rules.decoding == "fast"
+        explicit = engine.prepare(hello, SamplingParams(decoding="reference"))
+        assert explicit.rules.decoding == "reference" and explicit.params.policy == "sdar_dynamic"
+    finally:
+        engine.close()
+    gen_file.write_text(json.dumps({**gen, "decoding": "quick"}))
+    with pytest.raises(ValueError, match=r"generation_config\.json: decoding must be one of"):
+        load_checkpoint(ckpt)

@@ -354,7 +354,7 @@ def test_knob_implications():
     assert _parse(threshold=0.8).params.policy == "threshold"
     assert _parse(entropy_bound=0.2).params.policy == "entropy"
     assert _parse(block_size=2, ignore_eos=True).params.block_size == 2
-    assert _parse().params.decoding == "reference"  # the family's own decoding by default
+    assert _parse().params.decoding is None  # the model's own default (engine.loader)
     assert _parse(decoding="fast").params.decoding == "fast"
     with pytest.raises(OpenAIError) as caught:
         _parse(decoding="quick")

@@ -273,7 +273,9 @@ def make_router(state: Any) -> APIRouter:
         if clarify is not None:  # ServeConfig.clarify: ask instead of an unsure/blended reply
             deltas = clarify[0].wrap(deltas, abort=lambda: engine.abort(request_id),
                                      record=clarify[1],
-                                     first_block=clarify[0].calibrated(chat.params),
+                                     first_block=clarify[0].calibrated(
+                                         chat.params,
+                                         getattr(engine, "default_decoding", "reference")),
                                      messages=list(chat.messages))
         dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:

@@ -90,13 +90,15 @@ class ClarifyGuard:
                                    finish_reason="stop", tool_call=None)
 
     @staticmethod
-    def calibrated(params) -> bool:
+    def calibrated(params, default_decoding: str = "reference") -> bool:
         """Whether the first-block test applies to a request with these SamplingParams: the
         threshold was chosen on confidences of the engine's "fast" decoding (which every
         constrained / tool-carrying request uses); the family's "reference" decoding commits
         its least sure tokens last by schedule, so its first-block minimum runs much lower
-        (e.g. 0.28 for the right answer to "what are your hours")."""
-        return getattr(params, "decoding", "fast") == "fast" or bool(getattr(params, "tools", ()))
+        (e.g. 0.28 for the right answer to "what are your hours"). `default_decoding`: what
+        decoding None means for the serving engine's model (Engine.default_decoding)."""
+        decoding = getattr(params, "decoding", "fast") or default_decoding
+        return decoding == "fast" or bool(getattr(params, "tools", ()))
 
     async def wrap(self, deltas: AsyncIterator[Any], abort: Callable[[], None],
                    record: ClarifyRecord | None = None,

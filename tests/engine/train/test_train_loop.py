@@ -34,6 +34,8 @@ def test_training_lowers_held_loss_and_exports_a_loadable_checkpoint(tmp_path):
     assert after < before - 0.8, (before, after)  # nats; ~1.4 measured
     assert loaded.config.block_size == 8 and loaded.config.mask_token_id == tok.token_id("<|mask|>")
     assert (tmp_path / "m" / "facts.yaml").is_file()
+    # a receptionist asks for the decoding it is trained and evaluated with, by default
+    assert loaded.default_decoding == "fast"
     logged = [json.loads(line) for line in (tmp_path / "m" / "train_log.jsonl").open()]
     assert logged[-1]["step"] == 40 and logged[-1]["tokens_per_s"] > 0
 
