@@ -192,8 +192,9 @@ class ModelRunner:
         for the slots the policy may commit only, predictions and confidences read once, the
         commits decided in Python (engine.policies.host), the window written back once. The
         same tokens, counts and confidences as the tensor path (tests/engine/test_host_policies
-        .py), with ~15 small tensor ops fewer per pass. None (nothing done) where the policy
-        needs the tensor path this pass."""
+        .py), with ~15 small tensor ops fewer per pass. A pass right after one of the same row
+        and plan that committed nothing on an uncached plan reuses its predictions (`_idle_pass`).
+        None (nothing done) where the policy needs the tensor path this pass."""
         W, L = plan.W, plan.L
         d0, d1 = plan.host_block
         toks = ids[0, L - W:].tolist()
@@ -206,7 +207,7 @@ class ModelRunner:
         if idle is not None and idle[0] is s and idle[1] is plan:
             pred, conf, entropy = idle[2:]  # the canvas is as the last pass left it
         else:
-            pred, conf, entropy = self._host_predictions(s, key, plan, ids, lo, hi)
+            pred, conf, entropy = self._host_predictions(key, plan, ids, lo, hi)
         if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone
             chosen = [d0] if toks[d0] == self.mask_id else []
         else:
@@ -230,7 +231,7 @@ class ModelRunner:
         after_pass(self, [s], step.window_start, step.tokens)
         return step
 
-    def _host_predictions(self, s: Sequence, key, plan, ids: torch.Tensor, lo: int, hi: int):
+    def _host_predictions(self, key, plan, ids: torch.Tensor, lo: int, hi: int):
         """The pass's forward for window slots [lo, hi) and their greedy prediction,
         confidence and (for entropy policies) entropy, as host lists."""
         logits = None
