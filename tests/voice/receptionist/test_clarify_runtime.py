@@ -22,8 +22,9 @@ from diffvoice.engine.train.clarify import CLARIFY
 from diffvoice.voice.receptionist.clarify import ClarifyGuard, ClarifyRecord, clarify_guard_for
 
 HAS_MODEL = (DEFAULT_MODEL_DIR / "model.safetensors").is_file()
-UNSURE = "hours price"          # the model blends ("Sorryh we service would you like?v")
+UNSURE = "hours price"  # first block unsure (v3: 0.26): "On Tuesdays we're open from 8 am to 5 pm."
 SURE = "how much is a crown"    # "A crown is 900 dollars."
+BLENDED = "phone price"  # v3 blends: "Our front which answers at 555 0142 during opening hours."
 
 
 async def _aiter(items):
@@ -205,9 +206,9 @@ def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
     assert text == "A crown is 900 dollars." and "x-diffvoice-clarified" not in headers
     text, headers = ask(_Config(clarify="off"), UNSURE)
     assert text != CLARIFY and "x-diffvoice-clarified" not in headers
-    # threshold 0: only the whole-reply test; the blend is still not well-formed
-    text, headers = ask(_Config(clarify_below=0.0), UNSURE)
+    # threshold 0: only the whole-reply test; a blend is still not well-formed
+    text, headers = ask(_Config(clarify_below=0.0), BLENDED)
     assert text == CLARIFY and headers["x-diffvoice-clarified"] == "not_well_formed"
     # ignore_eos asks for exactly max_tokens raw tokens (a benchmark): never replaced
-    body = ask(_Config(clarify_below=0.0), UNSURE, ignore_eos=True, max_tokens=16)
+    body = ask(_Config(clarify_below=0.0), BLENDED, ignore_eos=True, max_tokens=16)
     assert body[0] != CLARIFY and "x-diffvoice-clarified" not in body[1]

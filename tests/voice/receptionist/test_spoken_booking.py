@@ -147,9 +147,12 @@ def _bot(turns: list[str]) -> str:
     return " ".join(t.rsplit("-> bot", 1)[-1] for t in turns).lower()
 
 
-@pytest.mark.xfail(reason="intermittent with the v2 model (issue 15): passed 4 of 5 runs, then a "
+@pytest.mark.xfail(reason="intermittent (issue 15): with the v2 model it passed 4 of 5 runs, "
+                   "then a "
                    "clean-clone CI run booked the name 'they' (the name slot copied the wrong "
-                   "words of the caller's) and the second turn got the clarifying question",
+                   "words of the caller's); with v3 (2026-12-02) Whisper tiny.en heard "
+                   "'10 am please' as 'Can I am please?' / 'turn a m please' and the five turns "
+                   "ran out while the bot asked for the time",
                    strict=False)
 def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_callers):
     """What the callers get done: A's booking is in SQLite and confirmed aloud; B's request for
@@ -181,8 +184,8 @@ def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_
 # on Friday at 9 pm." or "... on Saturday at 9 am." for Friday 10:00; for B's alternatives
 # ["09:00", "11:00", "08:30"] a blend like "... I can do 9:30 am or 1:30ead.", which the clarify
 # guard replaces by its clarifying question). Not strict: a lucky pass must not break the build.
-@pytest.mark.xfail(reason="the v2 model's spoken confirmation and offers misstate the times "
-                          "(issue 15)", strict=False)
+@pytest.mark.xfail(reason="the model's spoken confirmation and offers misstate the times, or "
+                          "(v3) the booking is not reached (issue 15)", strict=False)
 def test_spoken_confirmation_and_offers_state_the_right_times(two_callers):
     from diffvoice.engine.train.tool_schemas import spoken_time
 
