@@ -60,8 +60,11 @@ from pipecat.services.llm_service import FunctionCallFromLLM, LLMService
 from pipecat.services.settings import LLMSettings
 from pipecat.utils.types import is_given
 
+from diffvoice.voice.tts.text import voiceable
+
 BUSY_REPLY = "Sorry, I'm handling too many calls right now. Please try again in a moment."
-# spoken when the model's answer to a final transcript has nothing to say (it stopped at once):
+# spoken when the model's answer to a final transcript has nothing a voice can say (it stopped at
+# once, or gave only punctuation, which espeak-ng and Kokoro render as no audio):
 # a caller who hears silence cannot tell a dead line from a thinking agent
 EMPTY_REPLY = "Sorry, I didn't catch that. Could you say it again?"
 
@@ -266,7 +269,7 @@ class DiffusionLLMService(LLMService):
         await self.push_frame(LLMFullResponseStartFrame())
         await self.start_processing_metrics()
         finished = False
-        spoke = False  # any non-blank text pushed for this turn
+        spoke = False  # any text a voice renders as audio pushed for this turn
         reason = None
         usage: LLMTokenUsage | None = None
         try:
@@ -294,7 +297,7 @@ class DiffusionLLMService(LLMService):
                     await self.stop_ttfb_metrics()
                     first = False
                 if delta.text:
-                    spoke = spoke or bool(delta.text.strip())
+                    spoke = spoke or voiceable(delta.text)
                     await self._push_llm_text(delta.text)
                 if getattr(delta, "tool_call", None) is not None:
                     call = delta.tool_call

@@ -168,3 +168,25 @@ async def test_an_answer_with_nothing_to_speak_is_logged_and_asks_again():
     assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [EMPTY_REPLY]
     assert any("produced no text to speak" in line and "finish_reason=stop" in line
                for line in seen), seen
+
+
+async def test_an_answer_of_only_punctuation_asks_again():
+    """A reply a voice renders as no audio (a random-weight model answered ", ." once; espeak-ng
+    gave no audio, the bot turn never ended and the browser test waited out its 120 s) is no
+    answer: the punctuation goes downstream as text and the caller still hears the fallback."""
+
+    class _PunctuationEngine:
+        model_name = "punctuation"
+
+        async def generate(self, messages, params, request_id=None):
+            from diffvoice.engine import Delta
+
+            yield Delta(request_id, ", ", [11], False, None, 5, 1)
+            yield Delta(request_id, ". '", [12], True, "stop", 5, 2)
+
+        def abort(self, request_id):
+            pass
+
+    llm = DiffusionLLMService(_PunctuationEngine(), system_prompt=SYSTEM)
+    down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(LLMContext(messages=list(USER)))])
+    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [", ", ". '", EMPTY_REPLY]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import unicodedata
 from collections.abc import AsyncGenerator
 
 import numpy as np
@@ -24,18 +23,9 @@ from pipecat.services.tts_service import TTSService
 
 from diffvoice.voice.tts.clause_aggregator import ClauseTextAggregator
 from diffvoice.voice.tts.espeak import Espeak
+from diffvoice.voice.tts.text import speakable, voiceable
 
 CHUNK_SECS = 0.2  # audio per TTSAudioRawFrame
-
-
-def speakable(text: str) -> str:
-    """Drop what a voice cannot say: control/format characters and U+FFFD (undecodable bytes)."""
-    kept = (
-        " " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
-        for c in text
-        if c != "\ufffd"
-    )
-    return " ".join("".join(kept).split())
 
 
 class EspeakTTSService(TTSService):
@@ -74,9 +64,9 @@ class EspeakTTSService(TTSService):
         await super()._handle_interruption(frame, direction)
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        text = speakable(text)
-        if not any(c.isalnum() for c in text):
+        if not voiceable(text):
             return
+        text = speakable(text)
         cancel = threading.Event()
         self._cancel_events.add(cancel)
         try:

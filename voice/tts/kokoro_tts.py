@@ -24,7 +24,7 @@ from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
-from diffvoice.voice.tts.espeak_tts import speakable
+from diffvoice.voice.tts.text import speakable, voiceable
 from diffvoice.voice.tts.kokoro_model import DEFAULT_VOICE, SAMPLE_RATE, shared_kokoro
 
 CHUNK_SECS = 0.2
@@ -47,9 +47,9 @@ class PackagedKokoroTTSService(TTSService):
         return True
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        text = speakable(text)
-        if not any(c.isalnum() for c in text):
+        if not voiceable(text):
             return
+        text = speakable(text)
         try:
             await self.start_tts_usage_metrics(text)
             stream = self._kokoro.create_stream(text, voice=self._voice, lang=self._lang,

@@ -22,7 +22,8 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from diffvoice.voice.tts.clause_aggregator import CLAUSE_PUNCTUATION, split_clauses
 from diffvoice.voice.tts.espeak import Espeak
-from diffvoice.voice.tts.espeak_tts import EspeakTTSService, speakable
+from diffvoice.voice.tts.espeak_tts import EspeakTTSService
+from diffvoice.voice.tts.text import speakable
 
 RATE = Espeak.shared().sample_rate
 
@@ -113,6 +114,20 @@ async def test_resamples_to_pipeline_rate_and_skips_unspeakable_text():
 
 def test_speakable():
     assert speakable("a\ufffdb\x00c\u200bd  e\n") == "ab c d e"
+
+
+def test_voiceable_is_what_espeak_renders_as_audio():
+    """`voiceable` (the LLM service's "did the caller hear anything" rule) agrees with espeak-ng:
+    what it rejects espeak renders as at most a few ms of silence, what it accepts as speech."""
+    from diffvoice.voice.tts.espeak import Espeak
+    from diffvoice.voice.tts.text import voiceable
+
+    espeak = Espeak.shared()
+    rate = espeak.sample_rate
+    for text in [", .", "...", "'", "-- ?", "?!", "ok", "3", "a, b.", "Sorry."]:
+        seconds = len(espeak.synthesize(text, "en-us", 175, lambda: False)) / 2 / rate
+        assert voiceable(text) == (seconds > 0.1), (text, seconds)
+    assert not voiceable(" \u200b\ufffd ") and not voiceable("")
 
 
 def _reference_clauses(text: str) -> list[str]:
