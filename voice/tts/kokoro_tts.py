@@ -24,8 +24,8 @@ from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
-from diffvoice.voice.tts.text import speakable, voiceable
 from diffvoice.voice.tts.kokoro_model import DEFAULT_VOICE, SAMPLE_RATE, shared_kokoro
+from diffvoice.voice.tts.text import speakable, voiceable
 
 CHUNK_SECS = 0.2
 STOP_FRAME_TIMEOUT_S = 20.0
