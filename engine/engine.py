@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +113,11 @@ class Engine:
         self._ids = itertools.count()
         self.total_passes = 0
         self.last_batch_size = 0
+        # optional messages -> messages hook run (in a worker thread) on every chat request
+        # before it is templated: the receptionist's paraphrase snapping
+        # (engine.train.paraphrase.ParaphraseSnap.rewrite); an error in it leaves the messages
+        # as they were
+        self.rewrite_messages: Callable[[list[dict]], list[dict]] | None = None
         self._thread = threading.Thread(target=self._loop, name="diffvoice-engine", daemon=True)
         self._thread.start()
 
@@ -149,6 +154,8 @@ class Engine:
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         rid = request_id or self._new_id()
         seq = None
+        if self.rewrite_messages is not None and not isinstance(messages, str):
+            messages = await asyncio.to_thread(self._rewritten, messages)
         if prompt_chars(messages) > PREPARE_ON_WORKER_CHARS:
             # templating + tokenising a long prompt takes a while: never on the caller's event
             # loop, nor on the worker (it would hold up every running request's next pass). A
@@ -175,6 +182,13 @@ class Engine:
         finally:
             if not finished:
                 self.abort(rid)
+
+    def _rewritten(self, messages: list[dict]) -> list[dict]:
+        try:
+            return self.rewrite_messages(messages)
+        except Exception as exc:  # a broken front end must not fail the request
+            log.warning("rewrite_messages failed, messages kept as they were: %r", exc)
+            return messages
 
     def _new_id(self) -> str:
         return f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"

@@ -176,6 +176,19 @@ class ServeConfig(SessionLimits):
         metadata=_help("also hold each reply until complete and clarify when it is not "
                        "well-formed (costs the reply's remaining blocks before speech starts)"),
     )
+    # paraphrase snapping (engine/train/paraphrase.py): a caller's first message heard as the
+    # nearest training question of the receptionist's fact sheet, on voice calls and the API
+    paraphrase: str = field(
+        default="auto",
+        metadata=_help("hear a caller's first message as the nearest question the model was "
+                       "trained on (all-MiniLM-L6-v2 similarity): auto (when the model dir has "
+                       "facts.yaml: the receptionist), on, off"),
+    )
+    paraphrase_threshold: float = field(
+        default=0.7,
+        metadata=_help("cosine similarity at or above which paraphrase snapping swaps the "
+                       "message for its nearest fact / small-talk training question"),
+    )
     workers: int = field(
         default=1,
         metadata=_help("server processes on this machine, all accepting on --port (engine + ASR "
@@ -223,6 +236,10 @@ class ServeConfig(SessionLimits):
         if self.clarify not in RECEPTIONIST_TOOLS or not 0 <= self.clarify_below <= 1:
             raise ValueError(f"clarify must be one of {RECEPTIONIST_TOOLS} and clarify_below in "
                              f"[0, 1], got {self.clarify!r} / {self.clarify_below!r}")
+        if self.paraphrase not in RECEPTIONIST_TOOLS or not 0 <= self.paraphrase_threshold <= 1:
+            raise ValueError(f"paraphrase must be one of {RECEPTIONIST_TOOLS} and "
+                             f"paraphrase_threshold in [0, 1], got {self.paraphrase!r} / "
+                             f"{self.paraphrase_threshold!r}")
         if not self.host:
             raise ValueError("host must not be empty")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:

@@ -102,6 +102,9 @@ class AppState:
             *(getattr(asr, "warnings", None) or []),
             *(getattr(tts, "warnings", None) or []),
         ]
+        from diffvoice.voice.receptionist.setup import paraphrase_for
+
+        paraphrase_for(config, engine, warnings)  # voice calls and the API alike
         receptionist = None
         if not config.api_only:
             from diffvoice.voice.receptionist.setup import receptionist_for

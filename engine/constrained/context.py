@@ -48,6 +48,8 @@ eleven twelve thirty fifteen forty pm monday tuesday wednesday thursday friday s
 appointment visit slot coming next come came give take taking call called fine well here
 thats theres might must may shall wanna gonna got free open available anytime instead again
 """.split())
+# "won't", "we'll", "they're", "i've", "you'd", "i'm": never a name ("o'brien" is kept)
+_CONTRACTION = re.compile(r"(n't|'ll|'re|'ve|'d|'m)$")
 _WORD = re.compile(r"[a-z0-9']+(?:[.\-][a-z0-9']+)*")
 
 
@@ -75,7 +77,7 @@ def spans(messages, max_words: int = MAX_SPAN_WORDS, max_chars: int | None = Non
             found, run = [], []
             for w in words + [None]:
                 if w is not None and w.lower() not in skip and w.lower().rstrip("s") not in skip \
-                        and not any(c.isdigit() for c in w):
+                        and not any(c.isdigit() for c in w) and not _CONTRACTION.search(w.lower()):
                     run.append(w)
                     continue
                 if run:
@@ -155,15 +157,41 @@ def times_mentioned(text: str) -> set[str]:
 
 
 def _mentioned(values: list, messages) -> list:
-    """Values mentioned in the newest caller or tool message that mentions any; failing that,
-    in the newest assistant message that does (else all of `values`). The caller's words and
-    the tools' results come first: an assistant message is the model's own earlier output and
-    may have restated a value wrongly."""
-    for roles in (("user", "tool"), ("assistant",)):
-        for text in reversed(_texts(messages, roles)):
+    """Values the conversation points at, newest first:
+    1. a caller message that mentions any value, when no tool result mentioning one came after
+       it: its values (a null candidate kept, except when that message is the caller's latest:
+       a caller who just said a time wants that time checked);
+    2. else a tool result that mentions any (its values came after the caller spoke): those of
+       its values the caller mentioned before it, when any (the caller asked for 14:30 and the
+       result lists it among the free times), else all of its values;
+    3. else the newest assistant message that mentions any (the model's own earlier output,
+       which may have restated a value wrongly: last);
+    4. else all of `values`."""
+    msgs = [(m.get("role"), m["content"]) for m in messages or ()
+            if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    nulls = [v for v in values if v is None]
+    users = [i for i, (role, _) in enumerate(msgs) if role == "user"]
+    latest_user = users[-1] if users else None
+    for i in reversed(range(len(msgs))):
+        role, text = msgs[i]
+        if role not in ("user", "tool"):
+            continue
+        keep = _mentioned_in(values, text)
+        if not keep:
+            continue
+        if role == "user":
+            return keep + ([] if i == latest_user else nulls)
+        for j in reversed(users):
+            if j < i:
+                chosen = _mentioned_in(keep, msgs[j][1])
+                if chosen:
+                    return chosen + nulls
+        return keep + nulls
+    for role, text in reversed(msgs):
+        if role == "assistant":
             keep = _mentioned_in(values, text)
             if keep:
-                return keep + [v for v in values if v is None]
+                return keep + nulls
     return values
 
 

@@ -26,6 +26,7 @@ from diffvoice.engine.train.evaluate import (
     evaluate,
     markdown_table,
 )
+from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
 from diffvoice.engine.train.trainer import TrainConfig, train
 
 _HELP = {
@@ -109,7 +110,7 @@ def training_summary(summary: dict, cfg: TrainConfig) -> str:
     return (f"\ntrained {summary['steps']} steps in {minutes:.1f} min (stopped at {stopped}), "
             f"final loss {summary['final_loss_ema']}, {summary['tokens_per_s']:.0f} tokens/s\n"
             f"model: {Path(cfg.out).resolve()} (config.json, model.safetensors, tokenizer, "
-            f"facts.yaml)\n"
+            f"facts.yaml{', paraphrase bank' if summary.get('paraphrase_bank') else ''})\n"
             f"evaluate: diffvoice eval-model --model {cfg.out}\n"
             f"try it:   diffvoice chat --model {cfg.out}\n"
             f"serve it: diffvoice serve --model {cfg.out}")
@@ -156,13 +157,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=60,
                         help="closed-loop booking calls per path (a scripted caller answers "
                              "the model's own slot-filling questions; 0 = none)")
+    parser.add_argument("--paraphrase", type=float, default=PARAPHRASE_THRESHOLD,
+                        metavar="SIMILARITY",
+                        help="paraphrase snapping as served: a caller's first message at least "
+                             "this cosine-similar (all-MiniLM-L6-v2) to a training question "
+                             "with a fact / small-talk answer is asked as that question "
+                             "(engine.train.paraphrase; default %(default)s; 1.01 = off)")
     parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    if not 0 <= args.clarify_below <= 1 or args.dialogues < 0 or args.episodes < 0:
-        print("diffvoice eval-model: error: --clarify-below must be in [0, 1], --dialogues and "
-              "--episodes >= 0", file=sys.stderr)
+    if (not 0 <= args.clarify_below <= 1 or args.dialogues < 0 or args.episodes < 0
+            or not 0 <= args.paraphrase):
+        print("diffvoice eval-model: error: --clarify-below must be in [0, 1], --paraphrase "
+              ">= 0, --dialogues and --episodes >= 0", file=sys.stderr)
         return 2
     if args.per_template < 1 or args.concurrency < 1 or (args.limit is not None and args.limit < 1):
         print("diffvoice eval-model: error: --per-template, --concurrency and --limit must be >= 1",
@@ -172,7 +180,8 @@ def run_eval(args: argparse.Namespace) -> int:
         report = evaluate(args.model, args.facts, tuple(args.settings), args.per_template,
                           args.limit, args.max_new_tokens, args.concurrency, args.seed,
                           args.chitchat, args.threads, args.dialogues, args.independent,
-                          args.clarify_below, tuple(args.paths), args.episodes)
+                          args.clarify_below, tuple(args.paths), args.episodes,
+                          None if args.paraphrase > 1 else args.paraphrase)
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2

@@ -48,6 +48,7 @@ from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, guard
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
+from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
 from diffvoice.engine.train.tool_schemas import parse_tool_call, tool_call_text
 
 DEFAULT_SETTINGS = ("low_confidence:4",)
@@ -243,8 +244,10 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              seed: int = 1234, use_chitchat: bool = True, threads: int = 2,
              dialogues: int = 240, independent: bool = True,
              clarify_below: float = DEFAULT_THRESHOLD,
-             paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60) -> dict:
-    """Run every setting over every question set; returns a JSON-able report."""
+             paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60,
+             paraphrase: float | None = PARAPHRASE_THRESHOLD) -> dict:
+    """Run every setting over every question set; returns a JSON-able report. `paraphrase`:
+    the snapping threshold as served (engine.train.paraphrase), None = the model alone."""
     import torch
 
     torch.set_num_threads(threads)
@@ -271,8 +274,14 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
     n_max = max(len(v) for v in sets.values())
     engine = Engine.from_pretrained(model, EngineConfig(max_running=max(1, concurrency),
                                                         max_queued=n_max))
+    if paraphrase is not None:
+        from diffvoice.engine.train.paraphrase import ParaphraseSnap
+
+        engine.rewrite_messages = ParaphraseSnap.for_model(
+            model, facts_path, save=False, threshold=paraphrase).rewrite
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
-                    "threads": threads, "clarify_below": clarify_below, "paths": list(paths),
+                    "threads": threads, "clarify_below": clarify_below, "paraphrase": paraphrase,
+                    "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
     try:

@@ -7,6 +7,8 @@
   facts.yaml                              the fact sheet it was trained on
   train_state.pt                          model + optimizer + step + elapsed (resume point)
   train_log.jsonl, train_summary.json     loss / throughput log and final numbers
+  paraphrase_bank.safetensors             the training questions' sentence embeddings, for
+                                          paraphrase snapping at serving (engine.train.paraphrase)
 Batch t is drawn from seeds (seed, t) only, so a resumed run sees the same data and masks as an
 uninterrupted one. Knows nothing about the Engine or evaluation.
 """
@@ -238,6 +240,20 @@ def export(model: DiffusionLM, cfg: TrainConfig, out: Path) -> None:
         shutil.copy(cfg.facts, out / "facts.yaml")
 
 
+def _paraphrase_bank(out: Path) -> str | None:
+    """Embed the fact sheet's training questions for paraphrase snapping (stored next to the
+    model; ~25 s for a new fact sheet); None when the encoder package is not installed."""
+    try:
+        from diffvoice.engine.train.paraphrase import BANK_FILE, ParaphraseSnap
+    except ImportError:
+        return None
+    try:
+        ParaphraseSnap.for_model(out)
+    except ImportError:
+        return None
+    return str(out / BANK_FILE)
+
+
 def train(cfg: TrainConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -311,10 +327,12 @@ def train(cfg: TrainConfig) -> dict:
     bar.close()
     save()
     log.close()
+    bank = _paraphrase_bank(out)
     summary = {"steps": step, "elapsed_s": round(elapsed, 1), "tokens_seen": tokens_seen,
                "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
                "final_loss_ema": None if loss_ema is None else round(loss_ema, 4),
                "parameters": n_params, "threads": cfg.threads,
+               "paraphrase_bank": bank,
                "model_config": asdict(mcfg), "train_config": asdict(cfg)}
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

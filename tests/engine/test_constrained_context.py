@@ -136,3 +136,48 @@ def test_random_model_calls_take_narrowed_values_from_the_conversation(tmp_path)
     assert got[0]["day"] == "friday" and got[0]["time"] in ("10:30", "22:30", "10:00", "22:00")
     assert got[0]["name"] == "rosa ortiz"  # the only name-like run of the caller's words
     assert got[1] == {"day": "tuesday", "time": "14:00", "name": "hugo"}
+
+
+def test_mentioned_prefers_the_callers_choice_among_a_tool_results_values():
+    """The caller asked for half past two; the result lists it among other free times; the
+    assistant confirmed; the caller gives a name: the booking's time is the caller's choice,
+    not any free time of the result (a tiny model picked 12:00 here)."""
+    time = {"type": "string", "enum": ["08:00", "12:00", "14:30", "16:00"], KEY: "mentioned"}
+    nullable = {"type": ["string", "null"], "enum": ["08:00", "12:00", "14:30", "16:00", None],
+                KEY: "mentioned"}
+    name = {"type": "string", "maxLength": 40, KEY: "name_span"}
+    tools = _tool({"time": time, "maybe": nullable, "name": name})
+    msgs = [{"role": "user", "content": "would half past two on monday work"},
+            {"role": "assistant", "content": None, "tool_calls": []},
+            {"role": "tool", "content": '{"available": ["14:30", "08:00", "12:00"]}'},
+            {"role": "assistant", "content": "Yes, Monday at 2:30 pm is free. What name?"},
+            {"role": "user", "content": "you can put hugo hayes"}]
+    out = contextualize(tools, msgs)[0]["function"]["parameters"]["properties"]
+    assert out["time"]["enum"] == ["14:30"] and out["maybe"]["enum"] == ["14:30", None]
+    # the result does not list what the caller asked for: every time it offers
+    msgs[2] = {"role": "tool", "content": '{"available": ["08:00", "12:00"]}'}
+    out = contextualize(tools, msgs)[0]["function"]["parameters"]["properties"]
+    assert out["time"]["enum"] == ["08:00", "12:00"]
+    # a time that is none of the values: nothing narrowed
+    said = [{"role": "user", "content": "would 8 30 on friday work for a cleaning"}]
+    out = contextualize(tools, said)[0]["function"]["parameters"]["properties"]
+    assert out["maybe"]["enum"] == nullable["enum"]
+    # a time in the caller's latest message: that time, and checking "any time" is not offered
+    said = [{"role": "user", "content": "would 4 pm on friday work for a cleaning"}]
+    out = contextualize(tools, said)[0]["function"]["parameters"]["properties"]
+    assert out["maybe"]["enum"] == ["16:00"]
+    # an earlier caller message that mentions a time keeps the null candidate
+    later = said + [{"role": "assistant", "content": "Which service?"},
+                    {"role": "user", "content": "a cleaning please"}]
+    out = contextualize(tools, later)[0]["function"]["parameters"]["properties"]
+    assert out["maybe"]["enum"] == ["16:00", None]
+
+
+def test_name_spans_skip_contractions():
+    msgs = [{"role": "user", "content": "i won't make it so cancel it"},
+            {"role": "assistant", "content": "Which day?"},
+            {"role": "user", "content": "tuesday, it's under O'Brien"}]
+    from diffvoice.engine.constrained.context import FUNCTION_WORDS
+
+    named = spans(msgs, skip=FUNCTION_WORDS)
+    assert "O'Brien" in named and not any("won't" in s for s in named)

@@ -6,6 +6,11 @@ problem; "auto" -> the tools when the model directory has a facts.yaml and its t
 `<tool_call>` as one token (a model trained to call them), else None; a broken fact sheet or
 database then becomes a start-up warning instead of an error. The database is
 `config.appointments_db` or `<model>/appointments.sqlite3`.
+
+`paraphrase_for(config, engine, warnings)` sets `engine.rewrite_messages` to the model's
+paraphrase snapping (engine.train.paraphrase) per `config.paraphrase`: "off" -> nothing; "on" ->
+the snap, or a ValueError naming the problem; "auto" -> the snap when the model directory has a
+facts.yaml (a broken fact sheet or a missing encoder package then becomes a start-up warning).
 """
 
 from __future__ import annotations
@@ -41,3 +46,28 @@ def receptionist_for(config, engine, warnings: list[str]):
         return None
     logger.info(f"appointment book: {tools.book.path} ({', '.join(tools.names)})")
     return tools
+
+
+def paraphrase_for(config, engine, warnings: list[str]):
+    mode = getattr(config, "paraphrase", "off")
+    if mode == "off" or engine is None:
+        return None
+    facts = Path(config.model) / "facts.yaml"
+    if mode == "auto" and not facts.is_file():
+        return None
+    try:
+        from diffvoice.engine.train.paraphrase import ParaphraseSnap
+
+        snap = ParaphraseSnap.for_model(config.model, threshold=config.paraphrase_threshold)
+        if snap is None:
+            raise ValueError(f"{facts} not found (snapping needs the model's fact sheet)")
+    except (ImportError, OSError, ValueError) as exc:
+        if mode == "on":
+            raise ValueError(f"paraphrase: {exc}") from exc
+        warnings.append(f"paraphrase snapping disabled: {exc}")
+        logger.warning(f"paraphrase snapping disabled: {exc}")
+        return None
+    engine.rewrite_messages = snap.rewrite
+    logger.info(f"paraphrase snapping: {len(snap.entries)} training questions, "
+                f"threshold {snap.threshold}")
+    return snap

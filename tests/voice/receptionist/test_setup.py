@@ -40,3 +40,35 @@ def test_modes(tmp_path):
 def test_config_rejects_unknown_mode():
     with pytest.raises(ValueError, match="receptionist_tools"):
         ServeConfig(receptionist_tools="maybe")
+
+
+def test_paraphrase_modes(tmp_path):
+    """paraphrase_for: off -> nothing; auto without a fact sheet -> nothing, silently; on without
+    one -> an error naming it; with the shipped receptionist -> the engine's rewrite hook."""
+    from diffvoice.engine.assets import default_model_dir
+    from diffvoice.voice.receptionist.setup import paraphrase_for
+
+    model = make_random_checkpoint(tmp_path / "m", family="sdar")
+    engine = SimpleNamespace(rewrite_messages=None)
+    config = ServeConfig(model=str(model))
+    warnings: list[str] = []
+    assert paraphrase_for(config.replace(paraphrase="off"), engine, warnings) is None
+    assert paraphrase_for(config, engine, warnings) is None and not warnings
+    with pytest.raises(ValueError, match="paraphrase"):
+        paraphrase_for(config.replace(paraphrase="on"), engine, warnings)
+    assert engine.rewrite_messages is None
+    shipped = ServeConfig(model=str(default_model_dir()), paraphrase_threshold=0.6)  # not the default 0.7
+    snap = paraphrase_for(shipped, engine, warnings)
+    assert snap.threshold == 0.6 and engine.rewrite_messages == snap.rewrite and not warnings
+    asked = engine.rewrite_messages([{"role": "user", "content": "whereabouts are you"}])
+    assert asked[-1]["content"] == "where are you located"  # similarity 0.69
+    with pytest.raises(ValueError, match="paraphrase"):
+        ServeConfig(paraphrase="maybe")
+    with pytest.raises(ValueError, match="paraphrase_threshold"):
+        ServeConfig(paraphrase_threshold=1.5)
+
+
+def test_serve_and_eval_model_snap_at_the_same_threshold():
+    from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD
+
+    assert ServeConfig().paraphrase_threshold == DEFAULT_THRESHOLD

