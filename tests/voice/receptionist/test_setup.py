@@ -57,7 +57,8 @@ def test_paraphrase_modes(tmp_path):
     with pytest.raises(ValueError, match="paraphrase"):
         paraphrase_for(config.replace(paraphrase="on"), engine, warnings)
     assert engine.rewrite_messages is None
-    shipped = ServeConfig(model=str(default_model_dir()), paraphrase_threshold=0.6)  # not the default 0.7
+    # a threshold that is not the default (0.7)
+    shipped = ServeConfig(model=str(default_model_dir()), paraphrase_threshold=0.6)
     snap = paraphrase_for(shipped, engine, warnings)
     assert snap.threshold == 0.6 and engine.rewrite_messages == snap.rewrite and not warnings
     asked = engine.rewrite_messages([{"role": "user", "content": "whereabouts are you"}])
