@@ -117,7 +117,8 @@ def times_mentioned(text: str) -> set[str]:
         found.add((int(m.group(1)), 15, None))
     for m in re.finditer(r"\bquarter to (\d{1,2})\b", t):
         found.add(((int(m.group(1)) - 1) % 12 or 12, 45, None))
-    words = t.split()
+    # the hour of "half past 12" is not also a bare "12"
+    words = re.sub(r"\b(half|quarter) (past|to) \d{1,2}\b", " ", t).split()
     for i, w in enumerate(words):
         nxt = words[i + 1] if i + 1 < len(words) else ""
         after = words[i + 2] if i + 2 < len(words) else ""
@@ -156,7 +157,7 @@ def times_mentioned(text: str) -> set[str]:
     return out
 
 
-def _mentioned(values: list, messages) -> list:
+def mentioned(values: list, messages) -> list:
     """Values the conversation points at, newest first:
     1. a caller message that mentions any value, when no tool result mentioning one came after
        it: its values (a null candidate kept, except when that message is the caller's latest:
@@ -237,10 +238,10 @@ def _narrow(schema: dict, messages, others: frozenset = frozenset()) -> dict:
         return out
     if mode == "mentioned":
         if isinstance(schema.get("enum"), list):
-            out["enum"] = _mentioned(list(schema["enum"]), messages)
+            out["enum"] = mentioned(list(schema["enum"]), messages)
         elif isinstance(schema.get("pattern"), str):  # a time pattern: the mentioned times
             rx = re.compile(schema["pattern"])
-            said = [t for t in _mentioned([t for t in _ALL_TIMES if rx.search(t)], messages)]
+            said = [t for t in mentioned([t for t in _ALL_TIMES if rx.search(t)], messages)]
             if len(said) < sum(1 for t in _ALL_TIMES if rx.search(t)):
                 out.pop("pattern")
                 types = schema.get("type")

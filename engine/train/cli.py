@@ -163,6 +163,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                              "this cosine-similar (all-MiniLM-L6-v2) to a training question "
                              "with a fact / small-talk answer is asked as that question "
                              "(engine.train.paraphrase; default %(default)s; 1.01 = off)")
+    parser.add_argument("--grounding", action=argparse.BooleanOptionalAction, default=True,
+                        help="mend a booking-flow reply that restates a time or day nobody "
+                             "said, as served (engine.train.grounding)")
     parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
 
 
@@ -181,7 +184,7 @@ def run_eval(args: argparse.Namespace) -> int:
                           args.limit, args.max_new_tokens, args.concurrency, args.seed,
                           args.chitchat, args.threads, args.dialogues, args.independent,
                           args.clarify_below, tuple(args.paths), args.episodes,
-                          None if args.paraphrase > 1 else args.paraphrase)
+                          None if args.paraphrase > 1 else args.paraphrase, args.grounding)
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2

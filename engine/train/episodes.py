@@ -13,7 +13,8 @@ model replies. Tool calls get results from an in-memory book that is free everyw
 service does with one call per caller turn). An episode SUCCEEDS when the model's first
 book_appointment call has the right service, day, time and name; it is CONFIRMED when the reply
 after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply the
-caller cannot place (not a call, not a slot question) ends the episode as failed. Knows nothing
+caller cannot place (not a call, not a slot question) ends the episode as failed. Replies pass
+through grounding (engine.train.grounding) as the server's do; the clarify test is not applied. Knows nothing
 about the engine's internals: it calls `engine.generate(messages, params)`.
 """
 
@@ -30,6 +31,7 @@ from diffvoice.engine.train.dialogues import (
     ANSWER_TIME,
     say_time,
 )
+from diffvoice.engine.train.grounding import ground
 from diffvoice.engine.train.tool_schemas import result_text, slot_times
 
 MAX_TURNS = 6
@@ -65,7 +67,7 @@ def _result(d, name: str, args: dict) -> dict:
     return {"cancelled": False}
 
 
-async def _episode(engine, gen, params, rng: random.Random) -> dict:
+async def _episode(engine, gen, params, rng: random.Random, grounding: bool = True) -> dict:
     d = gen.dialogues
     day = rng.choice(d.open_days)
     want = {"service": rng.choice(list(d.services)), "day": day,
@@ -87,6 +89,8 @@ async def _episode(engine, gen, params, rng: random.Random) -> dict:
 
             parsed = parse_tool_call(text)
             call = parsed and {"name": parsed[0], "arguments": json.dumps(parsed[1])}
+        if call is None and grounding:  # as served (engine.train.grounding; no clarify test)
+            text, _ = ground(text.strip(), messages, d.is_flow_reply, d.result_reply)
         out["turns"].append(call or text.strip())
         if booked is not None:  # the reply after the booking result: the confirmation
             out["confirmed"] = text.strip() == d.book_result_reply(booked, {"booked": True})
@@ -111,9 +115,12 @@ async def _episode(engine, gen, params, rng: random.Random) -> dict:
     return out
 
 
-async def run_episodes(engine, gen, params, n: int = 60, seed: int = 7) -> dict:
-    rng = random.Random(seed)
-    eps = [await _episode(engine, gen, params, rng) for _ in range(n)]
+async def run_episodes(engine, gen, params, n: int = 60, seed: int = 7,
+                       grounding: bool = True) -> dict:
+    # one generator per episode: a change in one call's replies leaves the others' callers as
+    # they were, so two runs compare call for call
+    eps = [await _episode(engine, gen, params, random.Random(seed * 1000 + i), grounding)
+           for i in range(n)]
     return {"n": n, "success_rate": sum(e["success"] for e in eps) / max(1, n),
             "confirmed_rate": sum(e["confirmed"] for e in eps) / max(1, n),
             "mean_model_turns": sum(len(e["turns"]) for e in eps) / max(1, n),

@@ -18,7 +18,12 @@ Scoring of one reply:
                block confidence below `clarify_below`, or not well-formed); a clarified reply
                counts as NOT correct in every accuracy. As at run time (voice/receptionist/
                clarify.py) the first-block test applies only to "fast"-decoded requests (every
-               tools request is): the threshold was chosen on their confidences
+               tools request is): the threshold was chosen on their confidences; after a tool
+               result the server says the trained result reply instead of the question, and the
+               eval scores that reply
+  grounding    before the clarify test, as at run time: a booking-flow reply stating a time or
+               day nobody said is mended (engine.train.grounding); `correct` scores what the
+               caller hears, `correct_raw` the model's own text
 Decoding paths (`paths`), each over every question set:
   free         no tools: the reply is free text; a call counts only if the model spells the wire
                text right (the raw figure)
@@ -46,6 +51,7 @@ from pathlib import Path
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, guard
+from diffvoice.engine.train.grounding import ground, last_call
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
 from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
@@ -127,6 +133,15 @@ class Reply:
     first_block_conf: float | None
     first_block_s: float | None
     total_s: float
+    grounding: str | None = None  # engine.train.grounding: substituted / replaced / ungrounded
+
+    @property
+    def mended(self) -> bool:
+        return self.grounding in ("substituted", "replaced")
+
+    @property
+    def ungrounded(self) -> bool:
+        return self.grounding == "ungrounded"
 
 
 def score(example: Example, text: str) -> tuple[bool, bool]:
@@ -144,7 +159,7 @@ def score(example: Example, text: str) -> tuple[bool, bool]:
 
 
 async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: SamplingParams,
-               clarify_below: float) -> Reply:
+               clarify_below: float, grounding: bool = True) -> Reply:
     text, last, call = "", None, None
     t0 = time.perf_counter()
     async for delta in engine.generate(example.messages(), params):
@@ -160,23 +175,35 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
     # (voice.receptionist.clarify.ClarifyGuard.calibrated: "fast" decoding or tools; no
     # decoding named = the model's own default)
     calibrated = (params.decoding or engine.default_decoding) == "fast" or bool(params.tools)
-    final, clarified = guard(text, conf if calibrated else None, gen.is_well_formed,
+    # what the server does with the whole reply (voice.receptionist.clarify.ClarifyGuard):
+    # grounding, then the clarify test; an unsure reply after a tool result becomes the trained
+    # result reply, any other the clarifying question
+    messages = example.messages()
+    grounded, how = ground(text, messages, gen.dialogues.is_flow_reply,
+                           gen.dialogues.result_reply) if grounding else (text, None)
+    final, clarified = guard(grounded, conf if calibrated else None, gen.is_well_formed,
                              clarify_below)
+    instead = None
+    if clarified:
+        last_tool = last_call(messages)
+        instead = gen.dialogues.result_reply(*last_tool) if last_tool else None
+        final = instead or final
     correct_raw, exact = score(example, text)
-    correct = (not clarified) and correct_raw
+    correct = score(example, final)[0] if (not clarified or instead) else False
     return Reply(example.question, len(example.history), example.intent, example.kind,
                  example.template, example.answer, text, final, correct, correct_raw,
                  gen.is_well_formed(text), clarified, example.call is not None,
                  last.finish_reason == "stop", exact, last.completion_tokens, len(text.split()),
-                 conf, last.first_block_latency_s, total)
+                 conf, last.first_block_latency_s, total, how)
 
 
-async def _run(engine, gen, examples, params, concurrency, clarify_below) -> list[Reply]:
+async def _run(engine, gen, examples, params, concurrency, clarify_below,
+               grounding: bool = True) -> list[Reply]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(ex: Example) -> Reply:
         async with gate:
-            return await _ask(engine, gen, ex, params, clarify_below)
+            return await _ask(engine, gen, ex, params, clarify_below, grounding)
 
     return list(await asyncio.gather(*(one(ex) for ex in examples)))
 
@@ -208,6 +235,8 @@ def summarize(replies: list[Reply]) -> dict:
         "n_follow": len(pick(lambda r: r.kind == "follow")),
         "well_formed_rate": _rate(replies, "well_formed"),
         "clarify_rate": _rate(replies, "clarified"),
+        "grounded_rate": _rate(replies, "mended"),
+        "ungrounded_rate": _rate(replies, "ungrounded"),
         "eos_rate": _rate(replies, "ended"), "exact_rate": _rate(replies, "exact"),
         "mean_tokens": statistics.fmean(r.tokens for r in replies) if replies else 0.0,
         "latency_mean_s": statistics.fmean(totals) if totals else float("nan"),
@@ -245,9 +274,10 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              dialogues: int = 240, independent: bool = True,
              clarify_below: float = DEFAULT_THRESHOLD,
              paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60,
-             paraphrase: float | None = PARAPHRASE_THRESHOLD) -> dict:
+             paraphrase: float | None = PARAPHRASE_THRESHOLD, grounding: bool = True) -> dict:
     """Run every setting over every question set; returns a JSON-able report. `paraphrase`:
-    the snapping threshold as served (engine.train.paraphrase), None = the model alone."""
+    the snapping threshold as served (engine.train.paraphrase), None = the model alone;
+    `grounding`: mend restated values as served (engine.train.grounding)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -281,7 +311,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
             model, facts_path, save=False, threshold=paraphrase).rewrite
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
                     "threads": threads, "clarify_below": clarify_below, "paraphrase": paraphrase,
-                    "paths": list(paths),
+                    "grounding": grounding, "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
     try:
@@ -292,7 +322,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 t0 = time.perf_counter()
                 replies = asyncio.run(_run(engine, gen, examples,
                                            path_params(path, params, gen.facts), concurrency,
-                                           clarify_below))
+                                           clarify_below, grounding))
                 name = name if path == "free" else f"{name}+{path}"
                 res[name] = {
                     "summary": summarize(replies), "per_intent": per_intent(replies),
@@ -314,7 +344,8 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
 
                 report["episodes"][spec] = {
                     path: asyncio.run(run_episodes(engine, gen, path_params(
-                        path, params, gen.facts), n=episodes, seed=seed + 2)) for path in paths}
+                        path, params, gen.facts), n=episodes, seed=seed + 2,
+                        grounding=grounding)) for path in paths}
     finally:
         engine.close()
     return report

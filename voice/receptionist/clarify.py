@@ -13,6 +13,10 @@ The same rule as `eval-model` (engine.train.clarify.guard), applied to a stream 
     flow reply shape or a call: engine.train.data.DataGenerator.is_well_formed). This costs the
     rest of the reply's decoding before the first word is spoken (a few blocks for this model);
     `whole_reply=False` streams as before and applies only the first-block test;
+  * grounding (whole reply, with `messages`): a booking-flow reply (`is_flow_reply`) that states
+    a time or a day nobody said is mended before it is spoken (engine.train.grounding: the one
+    value the caller pointed at written in place, or after a tool result the trained result
+    reply); `ClarifyRecord.grounding` says what was done;
   * the first-block test only for requests the threshold is calibrated for
     (`ClarifyGuard.calibrated(params)`: "fast" decoding, which every tool-carrying request uses);
   * tool calls pass unchanged (a constrained call is well-formed by construction), and so do
@@ -38,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD
+from diffvoice.engine.train.grounding import ground, last_call
 
 CLARIFY_MODES = ("auto", "on", "off")
 
@@ -48,13 +53,15 @@ class ClarifyRecord:
     reason: str | None = None            # "first_block" | "not_well_formed"
     question: str | None = None          # what replaced the reply (CLARIFY or a result reply)
     first_block_confidence: float | None = None
+    grounding: str | None = None         # engine.train.grounding's `how` for the whole reply
 
 
 class ClarifyGuard:
     def __init__(self, threshold: float = DEFAULT_THRESHOLD,
                  is_well_formed: Callable[[str], bool] | None = None,
                  whole_reply: bool = True, question: str = CLARIFY,
-                 result_reply: Callable[[str, dict, dict], str | None] | None = None) -> None:
+                 result_reply: Callable[[str, dict, dict], str | None] | None = None,
+                 is_flow_reply: Callable[[str], bool] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"clarify_below must be in [0, 1], got {threshold}")
         if whole_reply and is_well_formed is None:
@@ -64,24 +71,15 @@ class ClarifyGuard:
         self.whole_reply = whole_reply
         self.question = question
         self.result_reply = result_reply
+        self.is_flow_reply = is_flow_reply
 
     def question_for(self, messages: list[dict] | None) -> str:
         """The replacement for an unsure reply to `messages`: after a tool result, the reply
         the model is trained to give for that result; otherwise the clarifying question."""
-        if self.result_reply is None or not messages or messages[-1].get("role") != "tool":
+        if self.result_reply is None or not messages:
             return self.question
-        call = next((m for m in reversed(messages[:-1]) if m.get("role") == "assistant"
-                     and m.get("tool_calls")), None)
-        try:
-            function = call["tool_calls"][-1]["function"]
-            args = function.get("arguments")
-            args = json.loads(args) if isinstance(args, str) else args
-            content = messages[-1].get("content")
-            result = json.loads(content) if isinstance(content, str) else content
-            reply = self.result_reply(function["name"], args, result) \
-                if isinstance(args, dict) and isinstance(result, dict) else None
-        except (TypeError, KeyError, IndexError, ValueError):
-            reply = None
+        last = last_call(messages)
+        reply = self.result_reply(*last) if last is not None else None
         return reply or self.question
 
     def _clarified(self, delta, record: ClarifyRecord, reason: str, question: str):
@@ -130,12 +128,18 @@ class ClarifyGuard:
             held.append(delta)
             if not delta.finished:
                 continue
-            text = "".join(d.text for d in held).strip()
-            if text and delta.finish_reason in ("stop", "length") \
-                    and not self.is_well_formed(text):
-                yield self._clarified(delta, record, "not_well_formed", question)
-                return
-            merged = dataclasses.replace(delta, text="".join(d.text for d in held))
+            whole = "".join(d.text for d in held)
+            text = whole.strip()
+            if text and delta.finish_reason in ("stop", "length"):
+                if self.is_flow_reply is not None and messages:
+                    grounded, record.grounding = ground(text, messages, self.is_flow_reply,
+                                                        self.result_reply)
+                    whole = grounded if grounded != text else whole
+                    text = grounded
+                if not self.is_well_formed(text):
+                    yield self._clarified(delta, record, "not_well_formed", question)
+                    return
+            merged = dataclasses.replace(delta, text=whole)
             held = []
             yield merged
         for d in held:  # the stream ended without a final delta (engine gone): pass it on
@@ -165,7 +169,8 @@ def clarify_guard_for(config, warnings: list[str] | None = None) -> ClarifyGuard
             warnings.append(f"clarify guard disabled: {exc}")
         return None
     return ClarifyGuard(config.clarify_below, gen.is_well_formed, config.clarify_whole_reply,
-                        result_reply=gen.dialogues.result_reply)
+                        result_reply=gen.dialogues.result_reply,
+                        is_flow_reply=gen.dialogues.is_flow_reply)
 
 
 def guard_of(state) -> ClarifyGuard | None:

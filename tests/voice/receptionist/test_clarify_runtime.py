@@ -119,6 +119,34 @@ async def test_after_a_tool_result_an_unsure_reply_becomes_the_trained_result_re
     assert "booked" in cases[0][1] and "10" in cases[0][1]
 
 
+async def test_the_held_reply_is_grounded_before_it_is_spoken():
+    """A confident, well-shaped reply that restates a value nobody said is mended in whole-reply
+    mode (engine.train.grounding); a streamed reply is already spoken and is left alone."""
+    if not HAS_MODEL:
+        pytest.skip("models/receptionist-tiny not present")
+    guard = clarify_guard_for(_Config())
+    asked = [{"role": "user", "content": "let me book a kids checkup thursday at 3:30 p.m."}]
+    said = "And what name should I put a kids checkup on Thursday at 1:30 pm under?"
+    out, aborted, rec = await _collect(guard, _deltas([said[:20], said[20:]], 0.95),
+                                       messages=asked)
+    assert [d.text for d in out] == [said.replace("1:30", "3:30")] and out[-1].finished
+    assert rec.grounding == "substituted" and not rec.clarified and not aborted
+    args = {"service": "cleanings", "day": "friday", "time": "10:00", "name": "Ann Lee"}
+    flows = guard.result_reply.__self__
+    right = flows.book_result_reply(args, {"booked": True})
+    out, _, rec = await _collect(guard, _deltas([right.replace("10 am", "11 am")], 0.95),
+                                 messages=_after("book_appointment", args, {"booked": True}))
+    assert [d.text for d in out] == [right] and rec.grounding == "replaced"
+    out, _, rec = await _collect(guard, _deltas([right], 0.95),
+                                 messages=_after("book_appointment", args, {"booked": True}))
+    assert [d.text for d in out] == [right] and rec.grounding is None
+    streaming = ClarifyGuard(
+        guard.threshold, guard.is_well_formed, whole_reply=False,
+        is_flow_reply=guard.is_flow_reply)
+    out, _, rec = await _collect(streaming, _deltas([said], 0.95), messages=asked)
+    assert [d.text for d in out] == [said] and rec.grounding is None
+
+
 def test_guard_from_config(tmp_path):
     assert clarify_guard_for(_Config(clarify="off")) is None
     assert clarify_guard_for(_Config(model=str(tmp_path))) is None  # auto: no facts.yaml
