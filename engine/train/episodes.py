@@ -14,8 +14,8 @@ service does with one call per caller turn). An episode SUCCEEDS when the model'
 book_appointment call has the right service, day, time and name; it is CONFIRMED when the reply
 after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply the
 caller cannot place (not a call, not a slot question) ends the episode as failed. Replies pass
-through grounding (engine.train.grounding) as the server's do; the clarify test is not applied. Knows nothing
-about the engine's internals: it calls `engine.generate(messages, params)`.
+through grounding (engine.train.grounding) as the server's do; the clarify test is not
+applied. Knows nothing about the engine's internals: it calls `engine.generate(messages, params)`.
 """
 
 from __future__ import annotations

@@ -51,9 +51,9 @@ from pathlib import Path
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, guard
-from diffvoice.engine.train.grounding import ground, last_call
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
+from diffvoice.engine.train.grounding import ground, last_call
 from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
 from diffvoice.engine.train.tool_schemas import parse_tool_call, tool_call_text
 

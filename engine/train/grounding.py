@@ -1,6 +1,6 @@
 """Say back only what was said: times and days in a booking-flow reply must come from the call.
 
-    text, how = ground(reply, messages)          # how: None | "substituted" | "replaced" | "ungrounded"
+    text, how = ground(reply, messages)   # how: None | "substituted" | "replaced" | "ungrounded"
 A small model restating the caller's values gets them wrong in a way no well-formed check can
 see: "And what name should I put a kids checkup on Thursday at 1:30 pm under?" after the caller
 said 3:30 is a perfectly shaped reply. On the receptionist's held-out dialogues such restatement

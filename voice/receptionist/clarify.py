@@ -36,7 +36,6 @@ Knows nothing about pipecat or HTTP.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
