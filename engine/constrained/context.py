@@ -8,6 +8,9 @@ unknown `x-` keywords, so the schema stays valid for any other client):
                property's maxLength: the value is COPIED from the caller's words, chosen by the
                model's own scores (a Choice slot), never spelled token by token. For names,
                which a small model cannot spell from byte pieces it never saw in that order.
+  "name_span"  "span" for a person's name: only runs of words that are no function word, right
+               after a NAME_CUES word or in an answer to the assistant's question for a name;
+               a tool whose REQUIRED name_span has none yet is left out (contextualize).
   "mentioned"  an enum (or a nullable enum) is narrowed to the values mentioned anywhere in the
                conversation (user, assistant and tool messages), when at least one is; values
                that look like "HH:MM" times also match the ways people say them ("10 am",
@@ -48,6 +51,11 @@ eleven twelve thirty fifteen forty pm monday tuesday wednesday thursday friday s
 appointment visit slot coming next come came give take taking call called fine well here
 thats theres might must may shall wanna gonna got free open available anytime instead again
 """.split())
+# "name_span": a name is copied only from the words right after one of these ("put it under ivy
+# hayes", "my name is sam", "and i'm rosa", "name's hugo", "it's for felix"), or from a message
+# answering the assistant's question for a name; "i'd love to book" offers no name ("love")
+NAME_CUES = frozenset("under is i'm im name's for".split())
+_ASKS_NAME = re.compile(r"\bname\b", re.IGNORECASE)
 # "won't", "we'll", "they're", "i've", "you'd", "i'm": never a name ("o'brien" is kept)
 _CONTRACTION = re.compile(r"(n't|'ll|'re|'ve|'d|'m)$")
 _WORD = re.compile(r"[a-z0-9']+(?:[.\-][a-z0-9']+)*")
@@ -61,26 +69,45 @@ def _texts(messages, roles) -> list[str]:
     return out
 
 
+def _user_turns(messages) -> list[tuple[str, bool]]:
+    """(text, asked) of each user message; `asked`: the assistant message right before it asked
+    for a name."""
+    out, asked = [], False
+    for m in messages or ():
+        if not isinstance(m, dict):
+            continue
+        role, content = m.get("role"), m.get("content")
+        if role == "user" and isinstance(content, str):
+            out.append((content, asked))
+        asked = role == "assistant" and isinstance(content, str) \
+            and bool(_ASKS_NAME.search(content))
+    return out
+
+
 def spans(messages, max_words: int = MAX_SPAN_WORDS, max_chars: int | None = None,
-          skip: frozenset | None = None) -> list[str]:
+          skip: frozenset | None = None, cued: bool = False) -> list[str]:
     """Word spans of the latest user messages, newest message first, as written + lower case.
     With `skip` (lower-case words): only the maximal runs of words outside `skip` (a longer
-    run: its windows of `max_words`), and no word holding a digit."""
+    run: its windows of `max_words`), and no word holding a digit. With `cued` too: only runs
+    right after a NAME_CUES word ("under", "is", "i'm", "name's", "for"), or any run of a
+    message that answers the assistant's question for a name."""
     out: dict[str, None] = {}
-    for text in reversed(_texts(messages, ("user",))[-MAX_USER_MESSAGES:]):
+    for text, asked in reversed(_user_turns(messages)[-MAX_USER_MESSAGES:]):
         words = [w.strip(".,!?;:\"()") for w in text.split()]
         words = [w for w in words if w and '"' not in w and "\\" not in w]
         if skip is None:
             found = [words[i: i + n] for n in range(1, max_words + 1)
                      for i in range(len(words) - n + 1)]
         else:
-            found, run = [], []
-            for w in words + [None]:
+            found, run, before = [], [], None
+            for i, w in enumerate(words + [None]):
                 if w is not None and w.lower() not in skip and w.lower().rstrip("s") not in skip \
                         and not any(c.isdigit() for c in w) and not _CONTRACTION.search(w.lower()):
+                    if not run:
+                        before = words[i - 1].lower() if i else None
                     run.append(w)
                     continue
-                if run:
+                if run and (not cued or asked or before in NAME_CUES):
                     n = min(len(run), max_words)
                     found += [run[i: i + n] for i in range(len(run) - n + 1)]
                 run = []
@@ -230,7 +257,11 @@ def _narrow(schema: dict, messages, others: frozenset = frozenset()) -> dict:
     out = {k: v for k, v in schema.items() if k != KEY}
     if mode in ("span", "name_span"):
         skip = (FUNCTION_WORDS | others) if mode == "name_span" else None
-        candidates = spans(messages, max_chars=schema.get("maxLength"), skip=skip)
+        candidates = spans(messages, max_chars=schema.get("maxLength"), skip=skip,
+                           cued=mode == "name_span")
+        if mode == "name_span" and not candidates:
+            out["enum"] = []  # no name said yet: contextualize drops a tool that needs one
+            return out
         if candidates:  # no user words at all: leave the free-text slot as it was
             out.pop("maxLength", None)
             out.pop("minLength", None)
@@ -259,11 +290,14 @@ def uses_context(tools) -> bool:
                          .get("properties") or {}).values() if isinstance(p, dict))
 
 
-def contextualize(tools, messages) -> list:
-    """`tools` with every opted-in property narrowed by `messages` (a new list; input intact)."""
+def contextualize(tools, messages, keep: str | None = None) -> list:
+    """`tools` with every opted-in property narrowed by `messages` (a new list; input intact).
+    A tool whose REQUIRED "name_span" property has no name in the conversation yet is left out
+    (the model asks for the name instead of copying some other word), unless it is `keep` (the
+    tool tool_choice forces) or it is the only tool left: then that slot stays free text."""
     if not uses_context(tools) or isinstance(messages, str):
         return list(tools or ())
-    out = []
+    out, waiting = [], []
     for tool in tools:
         fn = (tool.get("function") or {}) if isinstance(tool, dict) else {}
         props = (fn.get("parameters") or {}).get("properties")
@@ -271,8 +305,16 @@ def contextualize(tools, messages) -> list:
             out.append(tool)
             continue
         new = copy.deepcopy(tool)
-        new["function"]["parameters"]["properties"] = {
+        narrowed = {
             k: _narrow(p, messages, _value_words({j: q for j, q in props.items() if j != k}))
             if isinstance(p, dict) else p for k, p in props.items()}
+        unnamed = [k for k, p in narrowed.items() if isinstance(p, dict) and p.get("enum") == []]
+        for k in unnamed:  # as a free-text slot, for when the tool is kept after all
+            narrowed[k] = {j: v for j, v in props[k].items() if j != KEY}
+        new["function"]["parameters"]["properties"] = narrowed
+        required = set((fn.get("parameters") or {}).get("required") or ())
+        if required.intersection(unnamed) and fn.get("name") != keep:
+            waiting.append(new)
+            continue
         out.append(new)
-    return out
+    return out or waiting

@@ -127,7 +127,9 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
                max_new_tokens: int = 64, messages=None) -> Plan | None:
     schema = json_schema_of(response_format)
     if tools and messages is not None:  # x-diffvoice-context slots (engine/constrained/context)
-        tools = contextualize(tools, messages)
+        forced = (tool_choice.get("function") or {}).get("name") \
+            if isinstance(tool_choice, dict) else None
+        tools = contextualize(tools, messages, keep=forced)
     if not tools and schema is None:
         if tool_choice not in (None, "none", "auto"):
             raise ValueError("tool_choice needs tools")

@@ -34,3 +34,24 @@ def guard(text: str, first_block_confidence: float | None,
     if unsure or not is_well_formed(text):
         return CLARIFY, True
     return text, False
+
+
+def served(text: str, first_block_confidence: float | None, messages: list[dict],
+           is_well_formed: Callable[[str], bool], is_flow_reply: Callable[[str], bool] | None,
+           result_reply: Callable[[str, dict, dict], str | None] | None,
+           threshold: float = DEFAULT_THRESHOLD, grounding: bool = True
+           ) -> tuple[str, bool, str | None]:
+    """(what the caller hears, clarified, grounding's `how`) for a whole text reply, as the
+    server's guard (voice/receptionist/clarify.py, whole-reply mode) decides it: grounding
+    (engine.train.grounding), then `guard`; a clarified reply after a tool result becomes the
+    trained result reply when there is one, else CLARIFY."""
+    from diffvoice.engine.train.grounding import ground, last_call
+
+    how = None
+    if grounding and is_flow_reply is not None:
+        text, how = ground(text, messages, is_flow_reply, result_reply)
+    final, clarified = guard(text, first_block_confidence, is_well_formed, threshold)
+    if clarified and result_reply is not None:
+        last = last_call(messages)
+        final = (result_reply(*last) if last else None) or final
+    return final, clarified, how

@@ -7,15 +7,18 @@ opens with a held-out phrasing carrying some of service / day / time / name
 (dialogues.Dialogues._opener, split "heldout", held-out caller names), then answers whatever the
 model asks ("what day ...?" -> a held-out day answer, "what time ...?" -> a time, "what name
 ...?" -> the name, "what would you like to come in for ...?" -> the service), up to MAX_TURNS
-model replies. Tool calls get results from an in-memory book that is free everywhere
+model replies (an offer of free times, "... Which would you like?" or "... instead.", is answered
+with the wanted time). Tool calls get results from an in-memory book that is free everywhere
 (check_availability -> the asked time first, then the grid's next ones; book_appointment ->
 {"booked": true}); after a tool result the model must speak (tool_choice "none", as the voice
 service does with one call per caller turn). An episode SUCCEEDS when the model's first
 book_appointment call has the right service, day, time and name; it is CONFIRMED when the reply
 after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply the
-caller cannot place (not a call, not a slot question) ends the episode as failed. Replies pass
-through grounding (engine.train.grounding) as the server's do; the clarify test is not
-applied. Knows nothing about the engine's internals: it calls `engine.generate(messages, params)`.
+caller cannot place (not a call, not a slot question) ends the episode as failed. Each text
+reply is what the server would say (engine.train.clarify.served: grounding, then the clarify
+guard; after a tool result an unsure or malformed reply becomes the trained result reply, else
+the clarifying question, which the caller cannot place). Knows nothing about the engine's
+internals: it calls `engine.generate(messages, params)`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import dataclasses
 import json
 import random
 
+from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, served
 from diffvoice.engine.train.dialogues import (
     ANSWER_DAY,
     ANSWER_NAME,
@@ -31,7 +35,6 @@ from diffvoice.engine.train.dialogues import (
     ANSWER_TIME,
     say_time,
 )
-from diffvoice.engine.train.grounding import ground
 from diffvoice.engine.train.tool_schemas import result_text, slot_times
 
 MAX_TURNS = 6
@@ -39,7 +42,8 @@ MAX_TURNS = 6
 
 def _asked(reply: str) -> str | None:
     low = reply.lower()
-    for key, cues in (("name", ("what name", "name should i")), ("time", ("what time",)),
+    for key, cues in (("name", ("what name", "name should i")),
+                      ("time", ("what time", "which would you like", "instead")),
                       ("day", ("what day", "other day")),
                       ("service", ("come in for", "which service"))):
         if any(c in low for c in cues):
@@ -67,7 +71,8 @@ def _result(d, name: str, args: dict) -> dict:
     return {"cancelled": False}
 
 
-async def _episode(engine, gen, params, rng: random.Random, grounding: bool = True) -> dict:
+async def _episode(engine, gen, params, rng: random.Random, grounding: bool = True,
+                   clarify_below: float = DEFAULT_THRESHOLD, calibrated: bool = True) -> dict:
     d = gen.dialogues
     day = rng.choice(d.open_days)
     want = {"service": rng.choice(list(d.services)), "day": day,
@@ -77,20 +82,24 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
     out = {"want": want, "turns": [], "success": False, "confirmed": False}
     booked = None
     for _ in range(MAX_TURNS):
-        text, call = "", None
+        text, call, last = "", None, None
         turn_params = params
         if params.tools and messages[-1]["role"] == "tool":  # as the voice service: one call
             turn_params = dataclasses.replace(params, tool_choice="none")  # per caller turn
         async for delta in engine.generate(messages, turn_params):
             text += delta.text
             call = getattr(delta, "tool_call", None) or call
+            last = delta
         if call is None:
             from diffvoice.engine.train.tool_schemas import parse_tool_call
 
             parsed = parse_tool_call(text)
             call = parsed and {"name": parsed[0], "arguments": json.dumps(parsed[1])}
-        if call is None and grounding:  # as served (engine.train.grounding; no clarify test)
-            text, _ = ground(text.strip(), messages, d.is_flow_reply, d.result_reply)
+        if call is None:  # what the caller hears: grounding and the clarify guard, as served
+            conf = getattr(last, "first_block_confidence", None)
+            text, _, _ = served(text.strip(), conf if calibrated or params.tools else None,
+                                messages, gen.is_well_formed, d.is_flow_reply, d.result_reply,
+                                clarify_below, grounding)
         out["turns"].append(call or text.strip())
         if booked is not None:  # the reply after the booking result: the confirmation
             out["confirmed"] = text.strip() == d.book_result_reply(booked, {"booked": True})
@@ -116,11 +125,12 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
 
 
 async def run_episodes(engine, gen, params, n: int = 60, seed: int = 7,
-                       grounding: bool = True) -> dict:
+                       grounding: bool = True, clarify_below: float = DEFAULT_THRESHOLD,
+                       calibrated: bool = True) -> dict:
     # one generator per episode: a change in one call's replies leaves the others' callers as
     # they were, so two runs compare call for call
-    eps = [await _episode(engine, gen, params, random.Random(seed * 1000 + i), grounding)
-           for i in range(n)]
+    eps = [await _episode(engine, gen, params, random.Random(seed * 1000 + i), grounding,
+                          clarify_below, calibrated) for i in range(n)]
     return {"n": n, "success_rate": sum(e["success"] for e in eps) / max(1, n),
             "confirmed_rate": sum(e["confirmed"] for e in eps) / max(1, n),
             "mean_model_turns": sum(len(e["turns"]) for e in eps) / max(1, n),

@@ -50,10 +50,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
-from diffvoice.engine.train.clarify import DEFAULT_THRESHOLD, guard
+from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, served
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
-from diffvoice.engine.train.grounding import ground, last_call
 from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
 from diffvoice.engine.train.tool_schemas import parse_tool_call, tool_call_text
 
@@ -178,18 +177,11 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
     # what the server does with the whole reply (voice.receptionist.clarify.ClarifyGuard):
     # grounding, then the clarify test; an unsure reply after a tool result becomes the trained
     # result reply, any other the clarifying question
-    messages = example.messages()
-    grounded, how = ground(text, messages, gen.dialogues.is_flow_reply,
-                           gen.dialogues.result_reply) if grounding else (text, None)
-    final, clarified = guard(grounded, conf if calibrated else None, gen.is_well_formed,
-                             clarify_below)
-    instead = None
-    if clarified:
-        last_tool = last_call(messages)
-        instead = gen.dialogues.result_reply(*last_tool) if last_tool else None
-        final = instead or final
+    final, clarified, how = served(text, conf if calibrated else None, example.messages(),
+                                   gen.is_well_formed, gen.dialogues.is_flow_reply,
+                                   gen.dialogues.result_reply, clarify_below, grounding)
     correct_raw, exact = score(example, text)
-    correct = score(example, final)[0] if (not clarified or instead) else False
+    correct = score(example, final)[0] if (not clarified or final != CLARIFY) else False
     return Reply(example.question, len(example.history), example.intent, example.kind,
                  example.template, example.answer, text, final, correct, correct_raw,
                  gen.is_well_formed(text), clarified, example.call is not None,
@@ -345,7 +337,9 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 report["episodes"][spec] = {
                     path: asyncio.run(run_episodes(engine, gen, path_params(
                         path, params, gen.facts), n=episodes, seed=seed + 2,
-                        grounding=grounding)) for path in paths}
+                        grounding=grounding, clarify_below=clarify_below,
+                        calibrated=(params.decoding or engine.default_decoding) == "fast"))
+                    for path in paths}
     finally:
         engine.close()
     return report

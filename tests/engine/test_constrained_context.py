@@ -132,8 +132,8 @@ def test_random_model_calls_take_narrowed_values_from_the_conversation(tmp_path)
         got = asyncio.run(run())
     finally:
         engine.close()
-    # whatever the weights: only what was said ("half past 10" also reads as a bare 10)
-    assert got[0]["day"] == "friday" and got[0]["time"] in ("10:30", "22:30", "10:00", "22:00")
+    # whatever the weights: only what was said ("half past 10" is not also a bare 10)
+    assert got[0]["day"] == "friday" and got[0]["time"] in ("10:30", "22:30")
     assert got[0]["name"] == "rosa ortiz"  # the only name-like run of the caller's words
     assert got[1] == {"day": "tuesday", "time": "14:00", "name": "hugo"}
 
@@ -181,3 +181,45 @@ def test_name_spans_skip_contractions():
 
     named = spans(msgs, skip=FUNCTION_WORDS)
     assert "O'Brien" in named and not any("won't" in s for s in named)
+
+
+def test_a_name_is_copied_only_where_one_was_given():
+    from diffvoice.engine.constrained.context import FUNCTION_WORDS
+
+    def named(*texts):
+        msgs = [{"role": "assistant" if i % 2 else "user", "content": t}
+                for i, t in enumerate(texts)]
+        return spans(msgs, skip=FUNCTION_WORDS | {"cleaning"}, cued=True)
+
+    assert named("i'd love to book a cleaning on friday") == []
+    assert named("sign me up for a cleaning") == []
+    assert named("put it under ivy hayes") == ["ivy hayes"]
+    assert named("a cleaning friday, and i'm Rosa") == ["Rosa", "rosa"]
+    assert named("my name's hugo ortiz, a cleaning please") == ["hugo ortiz"]
+    assert named("book a cleaning", "And what name should I put it under?", "felix quinn thanks") \
+        == ["felix quinn"]
+    # an answer to some other question is no name
+    assert named("book a cleaning", "What day would you like?", "whenever suits") == []
+
+
+def test_a_tool_that_needs_a_name_waits_for_one():
+    book = {"type": "function", "function": {"name": "book", "parameters": {
+        "type": "object", "required": ["day", "name"], "properties": {
+            "day": {"type": "string", "enum": ["friday"], KEY: "mentioned"},
+            "name": {"type": "string", "maxLength": 40, KEY: "name_span"}}}}}
+    check = {"type": "function", "function": {"name": "check", "parameters": {
+        "type": "object", "required": ["day"], "properties": {
+            "day": {"type": "string", "enum": ["friday"], KEY: "mentioned"}}}}}
+    no_name = [{"role": "user", "content": "i'd love to book friday"}]
+    assert [t["function"]["name"] for t in contextualize([check, book], no_name)] == ["check"]
+    # forced, or the only tool: kept, its name slot free text as the schema says
+    for out in (contextualize([check, book], no_name, keep="book")[1],
+                contextualize([book], no_name)[0]):
+        name = out["function"]["parameters"]["properties"]["name"]
+        assert out["function"]["name"] == "book" and name == {"type": "string", "maxLength": 40}
+    named = contextualize([check, book], no_name + [
+        {"role": "assistant", "content": "And what name should I put it under?"},
+        {"role": "user", "content": "that would be sam jones"}])
+    assert [t["function"]["name"] for t in named] == ["check", "book"]
+    assert named[1]["function"]["parameters"]["properties"]["name"]["enum"] == [
+        "sam jones"]

