@@ -125,6 +125,62 @@ class Dialogues(OtherFlows):
             return f"What time on {day.capitalize()} would you like to come in for {spoken}?"
         return f"And what name should I put {spoken} on {day.capitalize()}{at} under?"
 
+    def slot_question(self, messages: list[dict]) -> str | None:
+        """Mid-booking (the assistant's last message was a slot-filling question), the next
+        question for the slots the conversation holds — what to say instead of the generic
+        clarifying question when the model's own reply was unsure. Slots are read the way the
+        tools' arguments are narrowed (engine.constrained.context: the caller's newest mention
+        first; a name only where one was given); None outside a booking, or when every slot is
+        known (the model should have called; the guard's question stands)."""
+        from diffvoice.engine.constrained.context import FUNCTION_WORDS, mentioned, spans
+        from diffvoice.engine.train.grounding import ALL_TIMES, daytime_reading
+
+        prior = [m for m in messages if m.get("role") == "assistant"
+                 and isinstance(m.get("content"), str)]
+        if not messages or messages[-1].get("role") != "user" or not prior:
+            return None
+        asked = prior[-1]["content"].strip()
+        if not self.is_flow_reply(asked) or not asked.endswith("?") or "name" not in \
+                asked.lower() and not any(c in asked.lower() for c in (
+                    "what time", "what day", "other day", "come in for")):
+            return None
+        s: dict = {}
+        alias_of = {a.lower(): name for name, svc in self.services.items() for a in svc.aliases}
+        alias_of.update({self._spoken(name).lower(): name for name in self.services})
+        for m in reversed(messages):  # the newest message naming exactly one service decides
+            said = self._services_in(m.get("content"), alias_of) \
+                if m.get("role") in ("user", "assistant") else set()
+            if len(said) == 1:
+                s["service"] = said.pop()
+                break
+        days = [d for d in mentioned(list(DAYS), messages) if d]
+        if len(days) == 1:
+            s["day"] = days[0]
+        times = [t for t in mentioned(list(ALL_TIMES), messages) if t]
+        times = daytime_reading(times) if len(times) == 2 else times
+        if len(times) == 1 and len(times) < len(ALL_TIMES):
+            s["time"] = times[0]
+        words = frozenset(w for a in alias_of for w in a.split()) | frozenset(DAYS)
+        names = spans(messages, skip=FUNCTION_WORDS | words, cued=True)
+        if names:
+            s["name"] = names[0]
+        if all(s.get(k) for k in ("service", "day", "time", "name")):
+            return None
+        return self.ask(s)
+
+    @staticmethod
+    def _services_in(text, alias_of: dict[str, str]) -> set[str]:
+        """Services a text names, longest alias first ("kids checkup" is not also "checkup")."""
+        if not isinstance(text, str):
+            return set()
+        low, found = text.lower(), set()
+        for alias in sorted(alias_of, key=len, reverse=True):
+            pattern = rf"\b{re.escape(alias)}(s|es)?\b"
+            if re.search(pattern, low):
+                found.add(alias_of[alias])
+                low = re.sub(pattern, " ", low)
+        return found
+
     def book_result_reply(self, args: dict, result: dict) -> str:
         when = f"{args['day'].capitalize()} at {spoken_time(args['time'])}"
         if result.get("booked"):

@@ -179,7 +179,8 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
     # result reply, any other the clarifying question
     final, clarified, how = served(text, conf if calibrated else None, example.messages(),
                                    gen.is_well_formed, gen.dialogues.is_flow_reply,
-                                   gen.dialogues.result_reply, clarify_below, grounding)
+                                   gen.dialogues.result_reply, clarify_below, grounding,
+                                   gen.dialogues.slot_question)
     correct_raw, exact = score(example, text)
     correct = score(example, final)[0] if (not clarified or final != CLARIFY) else False
     return Reply(example.question, len(example.history), example.intent, example.kind,

@@ -92,7 +92,7 @@ def last_call(messages: list[dict]) -> tuple[str, dict, dict] | None:
     return function.get("name"), args, result
 
 
-def _daytime(pair: list[str]) -> list[str]:
+def daytime_reading(pair: list[str]) -> list[str]:
     """The two readings of a time said without am/pm ("half past twelve": 00:30, 12:30): the
     one between 07:00 and 19:59 when exactly one is, as a caller to a business means it."""
     a, b = sorted(pair)
@@ -132,7 +132,7 @@ def ground(text: str, messages: list[dict] | None,
             continue
         candidates = [v for v in mentioned(values, messages) if v is not None]
         if len(candidates) == 2 and values is ALL_TIMES:
-            candidates = _daytime(candidates)
+            candidates = daytime_reading(candidates)
         if len(stated) != 1 or len(candidates) != 1 or len(candidates) == len(values):
             ungrounded = True
             continue

@@ -25,7 +25,10 @@ The same rule as `eval-model` (engine.train.clarify.guard), applied to a stream 
     answering an assistant tool call) the replacement is not the generic question but the reply
     the model is trained to give for that call and result (the training flows' own sentence:
     "You're booked for a cleaning on Friday at 10 AM.", engine.train.dialogue_flows
-    `result_reply`), so an unsure confirmation is still the right one, not a non-sequitur.
+    `result_reply`), so an unsure confirmation is still the right one, not a non-sequitur; and
+    mid-booking (the assistant's last message asked for a slot) the next slot-filling question
+    for the slots the conversation holds (engine.train.dialogues `slot_question`: "What time on
+    Friday would you like to come in for a cleaning?"), not the hours-or-prices question.
 A clarified delta is the last one: text CLARIFY, finished, finish_reason "stop",
 `clarified=True` set on the guard's `last` record. `clarify_guard_for` builds a guard from
 ServeConfig: clarify "off" -> None; "auto" -> a guard when the model directory has a facts.yaml
@@ -60,7 +63,8 @@ class ClarifyGuard:
                  is_well_formed: Callable[[str], bool] | None = None,
                  whole_reply: bool = True, question: str = CLARIFY,
                  result_reply: Callable[[str, dict, dict], str | None] | None = None,
-                 is_flow_reply: Callable[[str], bool] | None = None) -> None:
+                 is_flow_reply: Callable[[str], bool] | None = None,
+                 slot_question: Callable[[list[dict]], str | None] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"clarify_below must be in [0, 1], got {threshold}")
         if whole_reply and is_well_formed is None:
@@ -71,14 +75,18 @@ class ClarifyGuard:
         self.question = question
         self.result_reply = result_reply
         self.is_flow_reply = is_flow_reply
+        self.slot_question = slot_question
 
     def question_for(self, messages: list[dict] | None) -> str:
         """The replacement for an unsure reply to `messages`: after a tool result, the reply
         the model is trained to give for that result; otherwise the clarifying question."""
-        if self.result_reply is None or not messages:
+        if not messages:
             return self.question
         last = last_call(messages)
-        reply = self.result_reply(*last) if last is not None else None
+        if last is not None:
+            reply = self.result_reply(*last) if self.result_reply is not None else None
+        else:
+            reply = self.slot_question(messages) if self.slot_question is not None else None
         return reply or self.question
 
     def _clarified(self, delta, record: ClarifyRecord, reason: str, question: str):
@@ -169,7 +177,8 @@ def clarify_guard_for(config, warnings: list[str] | None = None) -> ClarifyGuard
         return None
     return ClarifyGuard(config.clarify_below, gen.is_well_formed, config.clarify_whole_reply,
                         result_reply=gen.dialogues.result_reply,
-                        is_flow_reply=gen.dialogues.is_flow_reply)
+                        is_flow_reply=gen.dialogues.is_flow_reply,
+                        slot_question=gen.dialogues.slot_question)
 
 
 def guard_of(state) -> ClarifyGuard | None:

@@ -147,6 +147,23 @@ async def test_the_held_reply_is_grounded_before_it_is_spoken():
     assert [d.text for d in out] == [said] and rec.grounding is None
 
 
+async def test_mid_booking_an_unsure_reply_becomes_the_next_slot_question():
+    if not HAS_MODEL:
+        pytest.skip("models/receptionist-tiny not present")
+    guard = clarify_guard_for(_Config())
+    msgs = [{"role": "user", "content": "i need a cleaning on friday"},
+            {"role": "assistant",
+             "content": "What time on Friday would you like to come in for a cleaning?"},
+            {"role": "user", "content": "at ten in the morning please"}]
+    out, aborted, rec = await _collect(guard, _deltas(["Sorryh we ", "book would?"], 0.2),
+                                       messages=msgs)
+    assert rec.clarified and aborted == [1]
+    assert out[-1].text == "And what name should I put a cleaning on Friday at 10 am under?"
+    out, _, rec = await _collect(guard, _deltas(["Sorryh we ", "book would?"], 0.2),
+                                 messages=msgs[:1])
+    assert out[-1].text == CLARIFY  # not in a booking yet: the hours-or-prices question
+
+
 def test_guard_from_config(tmp_path):
     assert clarify_guard_for(_Config(clarify="off")) is None
     assert clarify_guard_for(_Config(model=str(tmp_path))) is None  # auto: no facts.yaml
