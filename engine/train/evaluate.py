@@ -347,8 +347,9 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
 
 
 def _merge(summaries: list[dict]) -> dict:
+    summaries = [s for s in summaries if s["n"]]  # an empty set (--dialogues 0) has no rates
     n = sum(s["n"] for s in summaries)
-    return {"n": n, **{k: sum(s[k] * s["n"] for s in summaries) / max(1, n)
+    return {"n": n, **{k: sum(s[k] * s["n"] for s in summaries) / n if n else None
                        for k in ("well_formed_rate", "clarify_rate")}}
 
 

@@ -79,6 +79,13 @@ def test_eval_model_cli_reports_every_setting(tmp_path, capsys):
         s = res["template"]["summary"]
         assert s["n"] == 4 and s["latency_mean_s"] > 0 and 0 <= s["well_formed_rate"] <= 1
         assert res["dialogue"]["summary"]["n"] == 4
+    # an empty question set (no dialogues) is reported, not a crash in the merged row
+    only = parser.parse_args(["--limit", "2", "--no-chitchat", "--dialogues", "0",
+                              "--no-independent", "--episodes", "0", "--paths", "tools",
+                              "--out", str(out)])
+    assert run_eval(only) == 0
+    merged = json.loads(out.read_text())["settings"]["low_confidence:4"]["all+tools"]["summary"]
+    assert merged["n"] == 2 and 0 <= merged["well_formed_rate"] <= 1
     bad = parser.parse_args(["--settings", "nonsense:3", "--limit", "1"])
     assert run_eval(bad) == 2
     assert "nonsense:3" in capsys.readouterr().err
