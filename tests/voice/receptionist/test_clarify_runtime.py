@@ -254,6 +254,13 @@ def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
     # threshold 0: only the whole-reply test; a blend is still not well-formed
     text, headers = ask(_Config(clarify_below=0.0), BLENDED)
     assert text == CLARIFY and headers["x-diffvoice-clarified"] == "not_well_formed"
+    # a restated time nobody said is mended, and the response says so (v3 says "1:30 pm")
+    text, headers = ask(_Config(), "let me book a kids checkup sometime thursday at roughly "
+                                   "3:30 p.m.")
+    assert text == "And what name should I put a kids checkup on Thursday at 3:30 pm under?"
+    assert headers["x-diffvoice-grounded"] == "substituted"
+    text, headers = ask(_Config(), SURE)
+    assert "x-diffvoice-grounded" not in headers
     # ignore_eos asks for exactly max_tokens raw tokens (a benchmark): never replaced
     body = ask(_Config(clarify_below=0.0), BLENDED, ignore_eos=True, max_tokens=16)
     assert body[0] != CLARIFY and "x-diffvoice-clarified" not in body[1]
