@@ -48,16 +48,30 @@ def served(text: str, first_block_confidence: float | None, messages: list[dict]
     trained result reply when there is one; mid-booking, `slot_question(messages)` (the next
     slot-filling question, engine.train.dialogues.Dialogues.slot_question) when it gives one;
     else CLARIFY."""
-    from diffvoice.engine.train.grounding import ground, last_call
+    from diffvoice.engine.train.grounding import ground
 
     how = None
     if grounding and is_flow_reply is not None:
         text, how = ground(text, messages, is_flow_reply, result_reply)
     final, clarified = guard(text, first_block_confidence, is_well_formed, threshold)
     if clarified:
-        last = last_call(messages)
-        instead = result_reply(*last) if last and result_reply is not None else None
-        if instead is None and last is None and slot_question is not None:
-            instead = slot_question(messages)
-        final = instead or final
+        final = replacement(messages, result_reply, slot_question)
     return final, clarified, how
+
+
+def replacement(messages: list[dict] | None,
+                result_reply: Callable[[str, dict, dict], str | None] | None,
+                slot_question: Callable[[list[dict]], str | None] | None,
+                question: str = CLARIFY) -> str:
+    """What replaces an unsure reply to `messages`: after a tool result, the trained result
+    reply; mid-booking, the next slot question; else `question`."""
+    from diffvoice.engine.train.grounding import last_call
+
+    if not messages:
+        return question
+    last = last_call(messages)
+    if last is not None:
+        reply = result_reply(*last) if result_reply is not None else None
+    else:
+        reply = slot_question(messages) if slot_question is not None else None
+    return reply or question

@@ -158,7 +158,7 @@ class Dialogues(OtherFlows):
             s["day"] = days[0]
         times = [t for t in mentioned(list(ALL_TIMES), messages) if t]
         times = daytime_reading(times) if len(times) == 2 else times
-        if len(times) == 1 and len(times) < len(ALL_TIMES):
+        if len(times) == 1:
             s["time"] = times[0]
         words = frozenset(w for a in alias_of for w in a.split()) | frozenset(DAYS)
         names = spans(messages, skip=FUNCTION_WORDS | words, cued=True)

@@ -32,12 +32,12 @@ import re
 from collections.abc import Callable
 
 from diffvoice.engine.constrained.context import mentioned, times_mentioned
+from diffvoice.engine.constrained.layout import ALL_TIMES
+from diffvoice.engine.train.facts import DAYS
 from diffvoice.engine.train.tool_schemas import spoken_time
 
-DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _TIME = re.compile(r"\b(1[0-2]|[1-9])(?::([0-5]\d))? (am|pm)\b", re.IGNORECASE)
 _DAY = re.compile(r"\b(" + "|".join(DAYS) + r")\b", re.IGNORECASE)
-ALL_TIMES = [f"{h:02d}:{m:02d}" for h in range(24) for m in range(60)]
 
 
 def stated_times(text: str) -> list[tuple[str, re.Match]]:

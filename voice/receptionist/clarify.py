@@ -43,8 +43,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD
-from diffvoice.engine.train.grounding import ground, last_call
+from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, replacement
+from diffvoice.engine.train.grounding import ground
 
 CLARIFY_MODES = ("auto", "on", "off")
 
@@ -80,14 +80,7 @@ class ClarifyGuard:
     def question_for(self, messages: list[dict] | None) -> str:
         """The replacement for an unsure reply to `messages`: after a tool result, the reply
         the model is trained to give for that result; otherwise the clarifying question."""
-        if not messages:
-            return self.question
-        last = last_call(messages)
-        if last is not None:
-            reply = self.result_reply(*last) if self.result_reply is not None else None
-        else:
-            reply = self.slot_question(messages) if self.slot_question is not None else None
-        return reply or self.question
+        return replacement(messages, self.result_reply, self.slot_question, self.question)
 
     def _clarified(self, delta, record: ClarifyRecord, reason: str, question: str):
         record.clarified, record.reason, record.question = True, reason, question
