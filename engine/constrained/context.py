@@ -15,8 +15,16 @@ unknown `x-` keywords, so the schema stays valid for any other client):
                conversation (user, assistant and tool messages), when at least one is; values
                that look like "HH:MM" times also match the ways people say them ("10 am",
                "ten thirty", "half past 10", "noon", "8 30", a bare "10" as 10:00 or 22:00);
-               other values match as whole words (a trailing "s" allowed: "fridays"). A null
-               candidate is kept. Nothing mentioned -> the schema's full enum (never empty).
+               other values match as whole words (a trailing "s" allowed: "fridays"), or by
+               any of their ALIASES_KEY phrases ({"cleanings": ["teeth cleaning", ...]}; the
+               longest phrase said wins: "kids checkup" is not also "checkup"). A null
+               candidate is kept unless the caller just said a value (then a nullable type
+               becomes non-nullable too). Nothing mentioned -> null when the property is
+               nullable (an optional value nobody gave), else the schema's full enum; a tool
+               whose REQUIRED "mentioned" property nobody mentioned yet is left out.
+A tool left out "waits" for the caller: with tool_choice "auto" the model answers (asks for
+what is missing) — when every tool waits, no tool is offered at all — while a forced tool, or
+every waiting tool when a call is required, stays (its name slot free text, its enum full).
 The model still decides: which tool, which of the narrowed values, or to answer instead of
 calling (tool_choice "auto"). The narrowing only removes values nobody said. Messages are
 OpenAI-style dicts; string content only (other parts are ignored). Knows nothing about models.
@@ -28,6 +36,7 @@ import copy
 import re
 
 KEY = "x-diffvoice-context"
+ALIASES_KEY = "x-diffvoice-aliases"   # {enum value: [phrases callers use for it]}
 MAX_SPAN_WORDS = 3
 MAX_USER_MESSAGES = 6      # the latest ones; spans of older messages are not offered
 MAX_SPANS = 400
@@ -55,6 +64,9 @@ thats theres might must may shall wanna gonna got free open available anytime in
 # hayes", "my name is sam", "and i'm rosa", "name's hugo", "it's for felix"), or from a message
 # answering the assistant's question for a name; "i'd love to book" offers no name ("love")
 NAME_CUES = frozenset("under is i'm im name's for".split())
+# "i'm hoping to book", "i'm calling about": after "i'm" a word in -ing is a verb, not a name
+# (a 4-letter "ming" or "king" is kept)
+_VERB_AFTER_IM = re.compile(r"^[a-z']{3,}ing$")
 _ASKS_NAME = re.compile(r"\bname\b", re.IGNORECASE)
 # "won't", "we'll", "they're", "i've", "you'd", "i'm": never a name ("o'brien" is kept)
 _CONTRACTION = re.compile(r"(n't|'ll|'re|'ve|'d|'m)$")
@@ -106,6 +118,10 @@ def spans(messages, max_words: int = MAX_SPAN_WORDS, max_chars: int | None = Non
                     if not run:
                         before = words[i - 1].lower() if i else None
                     run.append(w)
+                    continue
+                if run and cued and before in ("i'm", "im") and not asked \
+                        and _VERB_AFTER_IM.match(run[0].lower()):
+                    run = []
                     continue
                 if run and (not cued or asked or before in NAME_CUES):
                     n = min(len(run), max_words)
@@ -184,7 +200,7 @@ def times_mentioned(text: str) -> set[str]:
     return out
 
 
-def mentioned(values: list, messages) -> list:
+def mentioned(values: list, messages, aliases: dict | None = None) -> list:
     """Values the conversation points at, newest first:
     1. a caller message that mentions any value, when no tool result mentioning one came after
        it: its values (a null candidate kept, except when that message is the caller's latest:
@@ -194,7 +210,8 @@ def mentioned(values: list, messages) -> list:
        result lists it among the free times), else all of its values;
     3. else the newest assistant message that mentions any (the model's own earlier output,
        which may have restated a value wrongly: last);
-    4. else all of `values`."""
+    4. else all of `values`.
+    `aliases` ({value: [phrases]}): other ways a value is said, as in ALIASES_KEY."""
     msgs = [(m.get("role"), m["content"]) for m in messages or ()
             if isinstance(m, dict) and isinstance(m.get("content"), str)]
     nulls = [v for v in values if v is None]
@@ -204,34 +221,67 @@ def mentioned(values: list, messages) -> list:
         role, text = msgs[i]
         if role not in ("user", "tool"):
             continue
-        keep = _mentioned_in(values, text)
+        keep = _mentioned_in(values, text, aliases)
         if not keep:
             continue
         if role == "user":
             return keep + ([] if i == latest_user else nulls)
         for j in reversed(users):
             if j < i:
-                chosen = _mentioned_in(keep, msgs[j][1])
+                chosen = _mentioned_in(keep, msgs[j][1], aliases)
                 if chosen:
                     return chosen + nulls
         return keep + nulls
     for role, text in reversed(msgs):
         if role == "assistant":
-            keep = _mentioned_in(values, text)
+            keep = _mentioned_in(values, text, aliases)
             if keep:
                 return keep + nulls
     return values
 
 
-def _mentioned_in(values: list, text: str) -> list:
+def said_any(values: list, messages, aliases: dict | None = None) -> bool:
+    """Whether any message of the conversation mentions one of `values` (as `mentioned`)."""
+    return any(_mentioned_in(values, m["content"], aliases) for m in messages or ()
+               if isinstance(m, dict) and m.get("role") in ("user", "tool", "assistant")
+               and isinstance(m.get("content"), str))
+
+
+def _aliased(values: list, blob: str, aliases: dict) -> set:
+    """Values of `values` that `blob` names by one of their alias phrases, longest phrase first
+    (a phrase inside a longer one that was said does not count: "kids checkup" != "checkup")."""
+    phrases = sorted(((a.lower(), v) for v in values if isinstance(v, str)
+                      for a in aliases.get(v) or () if isinstance(a, str) and a.strip()),
+                     key=lambda av: len(av[0]), reverse=True)
+    found = set()
+    for alias, v in phrases:
+        if alias not in blob:  # cheap test first: most phrases are not in most texts
+            continue
+        pattern = rf"\b{re.escape(alias)}(s|es)?\b"
+        if re.search(pattern, blob):
+            found.add(v)
+            blob = re.sub(pattern, " ", blob)
+    return found
+
+
+def values_in(values: list, text: str, aliases: dict | None = None) -> list:
+    """The values of `values` one text mentions (as `mentioned` reads a message)."""
+    return _mentioned_in(values, text, aliases)
+
+
+def _mentioned_in(values: list, text: str, aliases: dict | None = None) -> list:
     blob = text.lower()
     words = set(_WORD.findall(blob))
-    times = times_mentioned(blob)
+    times = times_mentioned(blob) if any(isinstance(v, str) and _HHMM.match(v)
+                                         for v in values) else set()
+    by_alias = _aliased(values, blob, aliases) if aliases else set()
     keep = []
     for v in values:
         if not isinstance(v, str):
             continue
-        if _HHMM.match(v):
+        if v in by_alias:
+            keep.append(v)
+        elif _HHMM.match(v):
             if v in times:
                 keep.append(v)
         elif v.lower() in words or v.lower() + "s" in words or v.lower() + "'s" in words or (
@@ -241,20 +291,44 @@ def _mentioned_in(values: list, text: str) -> list:
 
 
 def _value_words(props: dict) -> frozenset:
-    """Lower-case words of every enum value of the tool's other properties."""
+    """Lower-case words of every enum value (and ALIASES_KEY phrase) of the tool's other
+    properties: never part of a name ("a dental crown" names no one "dental")."""
     words = set()
     for p in props.values():
-        for v in (p.get("enum") or []) if isinstance(p, dict) else []:
-            if isinstance(v, str):
-                words.update(w for x in _WORD.findall(v.lower()) for w in (x, x.rstrip("s")))
+        if not isinstance(p, dict):
+            continue
+        phrases = [v for v in p.get("enum") or [] if isinstance(v, str)]
+        phrases += [a for v in (p.get(ALIASES_KEY) or {}).values() for a in v or ()
+                    if isinstance(a, str)]
+        for v in phrases:
+            words.update(w for x in _WORD.findall(v.lower()) for w in (x, x.rstrip("s")))
     return frozenset(words)
+
+
+def _candidates(schema: dict) -> list:
+    """The values a "mentioned" property narrows: its enum, or the times its pattern allows
+    (and null when its type is nullable)."""
+    if isinstance(schema.get("enum"), list):
+        return list(schema["enum"])
+    if isinstance(schema.get("pattern"), str):
+        rx = re.compile(schema["pattern"])
+        types = schema.get("type")
+        return [t for t in _ALL_TIMES if rx.search(t)] + (
+            [None] if isinstance(types, list) and "null" in types else [])
+    raise ValueError(f"{KEY} 'mentioned' needs an enum or a time pattern")
+
+
+def _unsaid(schema: dict, messages) -> bool:
+    """A "mentioned" property none of whose values anybody said yet."""
+    return schema.get(KEY) == "mentioned" and not said_any(
+        [v for v in _candidates(schema) if v is not None], messages, schema.get(ALIASES_KEY))
 
 
 def _narrow(schema: dict, messages, others: frozenset = frozenset()) -> dict:
     mode = schema.get(KEY)
     if mode is None:
         return schema
-    out = {k: v for k, v in schema.items() if k != KEY}
+    out = {k: v for k, v in schema.items() if k not in (KEY, ALIASES_KEY)}
     if mode in ("span", "name_span"):
         skip = (FUNCTION_WORDS | others) if mode == "name_span" else None
         candidates = spans(messages, max_chars=schema.get("maxLength"), skip=skip,
@@ -268,18 +342,22 @@ def _narrow(schema: dict, messages, others: frozenset = frozenset()) -> dict:
             out["enum"] = candidates
         return out
     if mode == "mentioned":
-        if isinstance(schema.get("enum"), list):
-            out["enum"] = mentioned(list(schema["enum"]), messages)
-        elif isinstance(schema.get("pattern"), str):  # a time pattern: the mentioned times
-            rx = re.compile(schema["pattern"])
-            said = [t for t in mentioned([t for t in _ALL_TIMES if rx.search(t)], messages)]
-            if len(said) < sum(1 for t in _ALL_TIMES if rx.search(t)):
-                out.pop("pattern")
-                types = schema.get("type")
-                out["enum"] = said + ([None] if isinstance(types, list) and "null" in types
-                                      else [])
-        else:
-            raise ValueError(f"{KEY} 'mentioned' needs an enum or a time pattern")
+        values = _candidates(schema)
+        if None in values and _unsaid(schema, messages):
+            # an optional value nobody said is "none given" (null), not the model's guess
+            out.pop("pattern", None)
+            out["enum"] = [None]
+            return out
+        said = mentioned(values, messages, schema.get(ALIASES_KEY))
+        if isinstance(schema.get("enum"), list) or len(said) < len(values):
+            out.pop("pattern", None)
+            out["enum"] = said
+            types = schema.get("type")
+            if isinstance(types, list) and "null" in types and None not in said:
+                # the caller just said a value: null is no candidate, and a nullable type
+                # would add it back (engine/constrained/layout.py)
+                base = [t for t in types if t != "null"]
+                out["type"] = base[0] if len(base) == 1 else base
         return out
     raise ValueError(f"{KEY} must be 'span', 'name_span' or 'mentioned', got {mode!r}")
 
@@ -290,14 +368,19 @@ def uses_context(tools) -> bool:
                          .get("properties") or {}).values() if isinstance(p, dict))
 
 
-def contextualize(tools, messages, keep: str | None = None) -> list:
+def contextualize(tools, messages, keep: str | None = None, must_call: bool = False) -> list:
     """`tools` with every opted-in property narrowed by `messages` (a new list; input intact).
-    A tool whose REQUIRED "name_span" property has no name in the conversation yet is left out
-    (the model asks for the name instead of copying some other word), unless it is `keep` (the
-    tool tool_choice forces) or it is the only tool left: then that slot stays free text."""
+    A tool waits (is left out) while a REQUIRED "name_span" property has no name in the
+    conversation yet (the model asks for the name instead of copying some other word) or a
+    REQUIRED "mentioned" property has no value anybody said (the model asks for it instead of
+    guessing one), unless it is `keep` (the tool tool_choice forces). When every tool waits:
+    [] (answer instead), or, with `must_call` (tool_choice "required"), the waiting tools, their
+    name slots free text."""
     if not uses_context(tools) or isinstance(messages, str):
         return list(tools or ())
     out, waiting = [], []
+    every = [p for t in tools if isinstance(t, dict) for p in (
+        ((t.get("function") or {}).get("parameters") or {}).get("properties") or {}).values()]
     for tool in tools:
         fn = (tool.get("function") or {}) if isinstance(tool, dict) else {}
         props = (fn.get("parameters") or {}).get("properties")
@@ -305,16 +388,20 @@ def contextualize(tools, messages, keep: str | None = None) -> list:
             out.append(tool)
             continue
         new = copy.deepcopy(tool)
+        # a name is none of the words of any value of any tool's other properties
         narrowed = {
-            k: _narrow(p, messages, _value_words({j: q for j, q in props.items() if j != k}))
+            k: _narrow(p, messages, _value_words({i: q for i, q in enumerate(every)
+                                                  if q is not p}))
             if isinstance(p, dict) else p for k, p in props.items()}
         unnamed = [k for k, p in narrowed.items() if isinstance(p, dict) and p.get("enum") == []]
         for k in unnamed:  # as a free-text slot, for when the tool is kept after all
             narrowed[k] = {j: v for j, v in props[k].items() if j != KEY}
         new["function"]["parameters"]["properties"] = narrowed
         required = set((fn.get("parameters") or {}).get("required") or ())
-        if required.intersection(unnamed) and fn.get("name") != keep:
+        unsaid = [k for k in required if isinstance(props.get(k), dict)
+                  and _unsaid(props[k], messages)]
+        if (required.intersection(unnamed) or unsaid) and fn.get("name") != keep:
             waiting.append(new)
             continue
         out.append(new)
-    return out or waiting
+    return out or (waiting if must_call else [])

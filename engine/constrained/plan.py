@@ -129,7 +129,12 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
     if tools and messages is not None:  # x-diffvoice-context slots (engine/constrained/context)
         forced = (tool_choice.get("function") or {}).get("name") \
             if isinstance(tool_choice, dict) else None
-        tools = contextualize(tools, messages, keep=forced)
+        narrowed = contextualize(tools, messages, keep=forced,
+                                 must_call=tool_choice == "required")
+        if narrowed:
+            tools = narrowed
+        else:  # every tool waits for a value nobody said: the model answers (asks for it)
+            tool_choice = "none"
     if not tools and schema is None:
         if tool_choice not in (None, "none", "auto"):
             raise ValueError("tool_choice needs tools")

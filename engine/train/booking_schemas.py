@@ -6,11 +6,12 @@ was trained to emit), with each value slot constrained to what the appointment b
   day      enum of the fact sheet's OPEN weekdays (closed days cannot be booked)
   time     enum of the book's start times: every open day's hours on the 30-minute grid
            (tool_schemas.slot_times; "08:00" ... "16:30"), nullable in check_availability
-  service  enum of the fact sheet's services (unchanged)
+  service  enum of the fact sheet's services (unchanged), with their aliases
   name     free text, maxLength 40 (unchanged)
 and, with `context=True` (the default; what serve / the API / eval-model use), the conversation
-narrowing of engine/constrained/context.py: day and time "mentioned" (only values somebody said,
-when any was), name "span" (copied from the caller's words). `context=False` gives the schema-only
+narrowing of engine/constrained/context.py: service, day and time "mentioned" (only values
+somebody said, when any was; a service also by its fact-sheet aliases and spoken name; a tool
+waits while a required one was never said), name "name_span" (copied from the caller's words). `context=False` gives the schema-only
 constraint (for measuring what the narrowing adds). Knows nothing about models.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import copy
 
-from diffvoice.engine.constrained.context import KEY
+from diffvoice.engine.constrained.context import ALIASES_KEY, KEY
 from diffvoice.engine.train.facts import DAYS, FactSheet
 from diffvoice.engine.train.tool_schemas import slot_times, tool_schemas
 
@@ -49,6 +50,10 @@ def decoding_schemas(facts: FactSheet, context: bool = True) -> list[dict]:
                 spec["enum"] = list(times) + ([None] if nullable else [])
             if context and key in ("day", "time"):
                 spec[KEY] = "mentioned"
+            elif context and key == "service":
+                spec[KEY] = "mentioned"
+                spec[ALIASES_KEY] = {s.name: sorted({*s.aliases, s.spoken.lower()})
+                                     for s in facts.services}
             elif context and key == "name":
                 spec[KEY] = "name_span"
     return tools

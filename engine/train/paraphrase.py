@@ -13,9 +13,15 @@ render for the model's fact sheet (each slot value: days, services, business nam
 with its answer, plus single-turn booking/availability/cancel openers from the training
 dialogues. When the caller's last message is at least `threshold` cosine-similar to a bank
 question whose answer is a fact or small-talk reply, the model is asked that bank question
-instead; otherwise — a booking opener is nearest, nothing is close enough, or the turn follows
-earlier turns (`single_turn_only`: a follow-up like "and on Saturday?" needs its context) — the
-message passes unchanged. The model still writes every answer; the clarify guard still applies.
+instead. When a booking opener is nearest (the caller books, checks or cancels), the model is
+asked the most similar opener of the same intent that states exactly the same slot values —
+services (by fact-sheet alias), days, times, caller names (`slot_signature`); at least one —
+when that one is at least `threshold` similar ("got any time on friday for teeth cleaning" -> "what times do you
+have for friday for teeth cleaning"; a held-out caller name no training opener holds: unchanged),
+so no value the caller said is lost or invented. Otherwise — nothing close enough, or the turn
+follows earlier turns (`single_turn_only`: a follow-up like "and on Saturday?" needs its
+context) — the message passes unchanged. The model still writes every answer; the clarify guard
+still applies.
 
 The bank's embeddings are stored next to the model (`paraphrase_bank.safetensors`, float16,
 built by `diffvoice train` and by `ParaphraseSnap.for_model` when missing or stale: the file
@@ -32,6 +38,7 @@ import hashlib
 import json
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -91,6 +98,7 @@ class BankEntry:
     text: str        # a question as the training templates render it
     reply: str       # the model's trained answer to it (for reports; not used to answer)
     swap: bool       # a fact / small-talk question (a snap target); False for booking openers
+    intent: str = ""  # the question's intent ("hours_day", ...; "book", "cancel", ...)
 
 
 def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
@@ -99,10 +107,10 @@ def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
     f = gen.facts
     seen: dict[str, BankEntry] = {}
 
-    def add(text: str, reply: str, swap: bool) -> None:
+    def add(text: str, reply: str, swap: bool, intent: str) -> None:
         key = normalize(text)
         if key and key not in seen:
-            seen[key] = BankEntry(text, reply, swap)
+            seen[key] = BankEntry(text, reply, swap, intent)
 
     business = (f.name.lower(), f.name.split()[0].lower())
     for intent, slot, _ in gen.units:
@@ -118,13 +126,35 @@ def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
                 if "<business>" in text:
                     texts = [t.replace("<business>", b) for t in texts for b in business]
                 for t in texts:
-                    add(t, reply, True)
+                    add(t, reply, True, intent)
     rng = random.Random(seed)
     for _ in range(_OPENERS):
         turn = gen.dialogues.sample(rng, "train")
         if len(turn.messages) == 1 and turn.messages[0]["role"] == "user":
-            add(turn.messages[0]["content"], turn.reply, False)
+            add(turn.messages[0]["content"], turn.reply, False, turn.intent)
     return list(seen.values())
+
+
+def slot_signature(facts) -> Callable[[str], tuple]:
+    """text -> the booking slot values it states: (services, days, times, caller names), each a
+    frozenset, read as the tools' arguments are (engine.constrained.context: services by
+    fact-sheet alias, longest first; times however people say them; a name only after a cue)."""
+    from diffvoice.engine.constrained.context import FUNCTION_WORDS, spans, times_mentioned, \
+        values_in
+    from diffvoice.engine.train.facts import DAYS
+
+    aliases = {sv.name: sorted({*sv.aliases, sv.spoken.lower()}) for sv in facts.services}
+    services = list(aliases)
+    skip = FUNCTION_WORDS | frozenset(w for a in aliases.values() for x in a for w in x.split())
+    skip |= frozenset(facts.name.lower().split())
+
+    def signature(text: str) -> tuple:
+        low = text.lower()
+        names = spans([{"role": "user", "content": low}], skip=skip, cued=True)
+        return (frozenset(values_in(services, low, aliases)), frozenset(values_in(DAYS, low)),
+                frozenset(times_mentioned(low)), frozenset(names))
+
+    return signature
 
 
 def _digest(entries: list[BankEntry]) -> str:
@@ -169,7 +199,8 @@ class Snap:
 
 class ParaphraseSnap:
     def __init__(self, entries: list[BankEntry], embeddings: torch.Tensor, encoder: Encoder,
-                 threshold: float = DEFAULT_THRESHOLD, single_turn_only: bool = True) -> None:
+                 threshold: float = DEFAULT_THRESHOLD, single_turn_only: bool = True,
+                 signature: Callable[[str], tuple] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"paraphrase threshold must be in [0, 1], got {threshold}")
         if embeddings.shape[0] != len(entries):
@@ -179,12 +210,29 @@ class ParaphraseSnap:
         self.encoder = encoder
         self.threshold = threshold
         self.single_turn_only = single_turn_only
+        # booking openers are snap targets only with this (the same slot values); None: never
+        self.signature = signature
+        self._signatures: list | None = None  # per entry (~1.5 s on 2 cores): in a thread
+        self._sig_ready = threading.Event()
+        if signature is not None:
+            threading.Thread(target=self._sign_entries, name="paraphrase-signatures",
+                             daemon=True).start()
+        else:
+            self._sig_ready.set()
+
+    def _sign_entries(self) -> None:
+        try:
+            self._signatures = [None if e.swap else self.signature(e.text)
+                                for e in self.entries]
+        finally:
+            self._sig_ready.set()
 
     # ------------------------------------------------------------------ building / loading
     @classmethod
     def build(cls, gen: DataGenerator, encoder: Encoder | None = None, **kw) -> ParaphraseSnap:
         encoder = encoder or Encoder.shared()
         entries = bank_entries(gen)
+        kw.setdefault("signature", slot_signature(gen.facts))
         return cls(entries, encoder.encode([e.text for e in entries]), encoder, **kw)
 
     def save(self, path: str | Path) -> None:
@@ -225,6 +273,7 @@ class ParaphraseSnap:
             embeddings = encoder.encode([e.text for e in entries])
         with _BANKS_LOCK:
             _BANKS[digest] = embeddings
+        kw.setdefault("signature", slot_signature(load_facts(facts)))
         snap = cls(entries, embeddings, encoder, **kw)
         if save and (built or not path.is_file()):
             try:
@@ -235,13 +284,43 @@ class ParaphraseSnap:
 
     # ------------------------------------------------------------------ use
     def snap(self, text: str) -> Snap:
+        """The message as the model is asked it. A fact / small-talk question nearest: that bank
+        question when at least `threshold` similar. A booking opener nearest (the caller wants
+        to book, check or cancel): the most similar opener of the same intent that states
+        exactly the same slot values (service, day, time, name; at least one — without any, a
+        message may be a question about booking or cancelling: chosen on the template held-out
+        set) — so no value the caller said is lost or added — when at least `threshold`
+        similar; else the message unchanged."""
         query = self.encoder.encode([text])[0]
         sims = self.embeddings @ query
         best = int(torch.argmax(sims))
         sim = float(sims[best])
         entry = self.entries[best]
+        if not entry.swap and self.signature is not None and sim >= self.threshold:
+            best, sim = self._same_slots(text, entry.intent, sims)
+            entry = self.entries[best] if best >= 0 else entry
+            swapped = best >= 0 and sim >= self.threshold \
+                and normalize(text) != normalize(entry.text)
+            return Snap(entry.text if swapped else text, sim, entry.text, swapped)
         swapped = entry.swap and sim >= self.threshold and normalize(text) != normalize(entry.text)
         return Snap(entry.text if swapped else text, sim, entry.text, swapped)
+
+    def _same_slots(self, text: str, intent: str, sims: torch.Tensor) -> tuple[int, float]:
+        """(index, similarity) of the most similar opener of `intent` whose slot values equal
+        the text's, or (-1, 0.0)."""
+        self._sig_ready.wait()
+        if self._signatures is None:  # signing failed (logged by the thread): no opener snaps
+            return -1, 0.0
+        want = self.signature(text)
+        if not any(want):  # no value stated: maybe a question ABOUT booking or cancelling
+            return -1, 0.0   # ("what if i cancel last minute"), which the model answers
+        pick = [i for i, (e, sig) in enumerate(zip(self.entries, self._signatures))
+                if sig == want and e.intent == intent]
+        if not pick:
+            return -1, 0.0
+        idx = torch.tensor(pick)
+        j = int(torch.argmax(sims[idx]))
+        return pick[j], float(sims[idx][j])
 
     def rewrite(self, messages: list[dict]) -> list[dict]:
         """`messages` with the last user message snapped (a new list; the input is not changed).
@@ -262,4 +341,4 @@ class ParaphraseSnap:
 
 
 __all__ = ["BANK_FILE", "DEFAULT_THRESHOLD", "BankEntry", "Encoder", "ParaphraseSnap", "Snap",
-           "bank_entries", "encoder_dir"]
+           "bank_entries", "encoder_dir", "slot_signature"]

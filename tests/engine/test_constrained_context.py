@@ -10,8 +10,11 @@ import json
 import pytest
 
 from diffvoice.engine.constrained.context import (
+    ALIASES_KEY,
+    FUNCTION_WORDS,
     KEY,
     contextualize,
+    mentioned,
     spans,
     times_mentioned,
 )
@@ -71,10 +74,13 @@ def test_contextualize_narrows_only_what_opted_in():
     assert out["time"]["enum"] == ["10:00", None]
     assert out["name"]["enum"] == ["sam jones"] and KEY not in out["name"]
     assert out["plain"] == plain
-    # nothing mentioned: the full enum, never an empty one
-    none = contextualize(tools, [{"role": "user", "content": "hello"}])[0]
+    # nothing mentioned: a tool that requires the value waits (the model asks for it) ...
+    assert contextualize(tools, [{"role": "user", "content": "hello"}]) == []
+    # ... and when a call is required anyway: the full enum, never an empty one
+    none = contextualize(tools, [{"role": "user", "content": "hello"}], must_call=True)[0]
     props = none["function"]["parameters"]["properties"]
-    assert props["day"]["enum"] == day["enum"] and props["time"]["enum"] == time["enum"]
+    assert props["day"]["enum"] == day["enum"]
+    assert props["time"]["enum"] == [None]  # an optional value nobody gave: null, not a guess
     assert "enum" not in props["name"] and props["name"]["maxLength"] == 40  # free text stays
     with pytest.raises(ValueError, match="x-diffvoice-context"):
         contextualize(_tool({"x": {"type": "string", KEY: "guess"}}), msgs)
@@ -147,6 +153,7 @@ def test_mentioned_prefers_the_callers_choice_among_a_tool_results_values():
                 KEY: "mentioned"}
     name = {"type": "string", "maxLength": 40, KEY: "name_span"}
     tools = _tool({"time": time, "maybe": nullable, "name": name})
+    tools[0]["function"]["parameters"]["required"] = []  # nothing waits: the narrowing alone
     msgs = [{"role": "user", "content": "would half past two on monday work"},
             {"role": "assistant", "content": None, "tool_calls": []},
             {"role": "tool", "content": '{"available": ["14:30", "08:00", "12:00"]}'},
@@ -158,10 +165,11 @@ def test_mentioned_prefers_the_callers_choice_among_a_tool_results_values():
     msgs[2] = {"role": "tool", "content": '{"available": ["08:00", "12:00"]}'}
     out = contextualize(tools, msgs)[0]["function"]["parameters"]["properties"]
     assert out["time"]["enum"] == ["08:00", "12:00"]
-    # a time that is none of the values: nothing narrowed
+    # a time that is none of the values: nothing narrowed, and an optional time is null (ask
+    # for any free time rather than guess one)
     said = [{"role": "user", "content": "would 8 30 on friday work for a cleaning"}]
     out = contextualize(tools, said)[0]["function"]["parameters"]["properties"]
-    assert out["maybe"]["enum"] == nullable["enum"]
+    assert out["time"]["enum"] == time["enum"] and out["maybe"]["enum"] == [None]
     # a time in the caller's latest message: that time, and checking "any time" is not offered
     said = [{"role": "user", "content": "would 4 pm on friday work for a cleaning"}]
     out = contextualize(tools, said)[0]["function"]["parameters"]["properties"]
@@ -212,9 +220,11 @@ def test_a_tool_that_needs_a_name_waits_for_one():
             "day": {"type": "string", "enum": ["friday"], KEY: "mentioned"}}}}}
     no_name = [{"role": "user", "content": "i'd love to book friday"}]
     assert [t["function"]["name"] for t in contextualize([check, book], no_name)] == ["check"]
-    # forced, or the only tool: kept, its name slot free text as the schema says
+    # forced, or the only tool when a call is required: kept, its name slot free text as the
+    # schema says; the only tool under "auto": left out (the model asks for the name)
+    assert contextualize([book], no_name) == []
     for out in (contextualize([check, book], no_name, keep="book")[1],
-                contextualize([book], no_name)[0]):
+                contextualize([book], no_name, must_call=True)[0]):
         name = out["function"]["parameters"]["properties"]["name"]
         assert out["function"]["name"] == "book" and name == {"type": "string", "maxLength": 40}
     named = contextualize([check, book], no_name + [
@@ -223,3 +233,86 @@ def test_a_tool_that_needs_a_name_waits_for_one():
     assert [t["function"]["name"] for t in named] == ["check", "book"]
     assert named[1]["function"]["parameters"]["properties"]["name"]["enum"] == [
         "sam jones"]
+
+
+def test_a_value_the_caller_just_said_is_not_offered_as_null():
+    """A nullable time: the caller said "8 30", so null is no candidate — the type loses "null"
+    too, or the layout would offer null again (it adds null to a nullable type's enum; a tiny
+    model chose `"time": null` for "would 8 30 for friday work")."""
+    from diffvoice.engine.constrained.layout import compile_value
+    from diffvoice.engine.constrained.slots import Vocab
+    from diffvoice.engine.testing import make_tokenizer
+    from diffvoice.engine.tokenizer import ChatTokenizer
+
+    time = {"type": ["string", "null"], "enum": ["08:00", "08:30", None], KEY: "mentioned"}
+    pattern = {"type": ["string", "null"], "pattern": r"^([01]\d|2[0-3]):([0-5]\d)$",
+               KEY: "mentioned"}
+    tools = _tool({"time": time, "at": pattern})
+    tools[0]["function"]["parameters"]["required"] = []
+    said = [{"role": "user", "content": "would 8 30 for friday work"}]
+    out = contextualize(tools, said)[0]["function"]["parameters"]["properties"]
+    assert out["time"] == {"type": "string", "enum": ["08:30"]}
+    assert out["at"] == {"type": "string", "enum": ["08:30", "20:30"]}
+    earlier = said + [{"role": "assistant", "content": "Which service?"},
+                      {"role": "user", "content": "a cleaning"}]
+    out = contextualize(tools, earlier)[0]["function"]["parameters"]["properties"]
+    assert out["time"]["enum"] == ["08:30", None] and out["time"]["type"] == ["string", "null"]
+    assert out["at"]["enum"] == ["08:30", "20:30", None]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        make_tokenizer(Path(d))
+        vocab = Vocab(ChatTokenizer.from_dir(Path(d)))
+        strict = contextualize(tools, said)[0]["function"]["parameters"]["properties"]["time"]
+        layout = compile_value({"type": "object", "properties": {"t": strict}}, vocab, 0)
+        (_, slot), = [s for s in layout.slots if s[1].kind == "choice"]
+        assert len(slot.seqs) == 1  # "08:30" only: null is not laid as a candidate
+
+
+def test_an_enum_value_is_mentioned_by_its_aliases_longest_first():
+    aliases = {"cleanings": ["cleaning", "checkup", "teeth cleaning"],
+               "kids checkups": ["kids checkup", "child checkup"], "crowns": ["crown"]}
+    values = list(aliases)
+    said = lambda text: mentioned(values, [{"role": "user", "content": text}], aliases)  # noqa
+    assert said("got any time friday for teeth cleaning") == ["cleanings"]
+    assert said("a kids checkup please") == ["kids checkups"]  # not also "checkup"
+    assert said("a checkup and a crown") == ["cleanings", "crowns"]
+    assert said("anything on friday") == values  # nothing said: every value
+    assert said("two crowns") == ["crowns"]
+
+
+def test_a_tool_waits_for_a_required_value_nobody_said():
+    """The caller is cancelling: no service was ever said, so booking waits and cancelling is
+    the only call left; with nothing to call at all the model answers."""
+    service = {"type": "string", "enum": ["cleanings", "crowns"], KEY: "mentioned",
+               ALIASES_KEY: {"cleanings": ["cleaning", "dental cleaning"],
+                             "crowns": ["crown", "dental crown"]}}
+    day = {"type": "string", "enum": ["wednesday", "friday"], KEY: "mentioned"}
+    name = {"type": "string", "maxLength": 40, KEY: "name_span"}
+
+    def tool(n, props):
+        return {"type": "function", "function": {"name": n, "parameters": {
+            "type": "object", "required": list(props), "properties": props}}}
+
+    book = tool("book", {"service": service, "day": day, "name": name})
+    cancel = tool("cancel", {"name": name, "day": day})
+    msgs = [{"role": "user", "content": "scrap my appointment on wednesday"},
+            {"role": "assistant", "content": "And what name is the Wednesday appointment under?"},
+            {"role": "user", "content": "you can put felix fischer"}]
+    assert [t["function"]["name"] for t in contextualize([book, cancel], msgs)] == ["cancel"]
+    assert contextualize([book, cancel], msgs[:1]) == []  # no name, no service: ask
+    assert [t["function"]["name"] for t in contextualize([book, cancel], msgs[:1],
+                                                         keep="book")] == ["book"]
+    # a name is no word of any tool's values or aliases ("for dental crown" names no one), and
+    # "i'm hoping to book" gives no name "hoping"
+    crown = [{"role": "user", "content": "i'm hoping to book for dental crown on friday"}]
+    assert [t["function"]["name"] for t in contextualize([book, cancel], crown)] == []
+    named = crown + [{"role": "assistant", "content": "And what name should I put it under?"},
+                     {"role": "user", "content": "hugo"}]
+    out = {t["function"]["name"]: t for t in contextualize([book, cancel], named)}
+    props = out["book"]["function"]["parameters"]["properties"]
+    assert props["name"]["enum"] == ["hugo"] and props["service"]["enum"] == ["crowns"]
+    assert ALIASES_KEY not in props["service"]
+    assert spans([{"role": "user", "content": "hi i'm ming"}], skip=FUNCTION_WORDS,
+                 cued=True) == ["ming"]
