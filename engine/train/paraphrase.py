@@ -15,10 +15,10 @@ dialogues. When the caller's last message is at least `threshold` cosine-similar
 question whose answer is a fact or small-talk reply, the model is asked that bank question
 instead. When a booking opener is nearest (the caller books, checks or cancels), the model is
 asked the most similar opener of the same intent that states exactly the same slot values —
-services (by fact-sheet alias), days, times, caller names (`slot_signature`); at least one —
-when that one is at least `threshold` similar ("got any time on friday for teeth cleaning" -> "what times do you
-have for friday for teeth cleaning"; a held-out caller name no training opener holds: unchanged),
-so no value the caller said is lost or invented. Otherwise — nothing close enough, or the turn
+services (by fact-sheet alias), days, times (`slot_signature`); at least one — when that one is
+at least `threshold` similar (a caller's name is taken out before comparing and given back as
+"my name is <name>") ("got any time on friday for teeth cleaning" -> "what times do you
+have for friday for teeth cleaning"), so no value the caller said is lost or invented. Otherwise — nothing close enough, or the turn
 follows earlier turns (`single_turn_only`: a follow-up like "and on Saturday?" needs its
 context) — the message passes unchanged. The model still writes every answer; the clarify guard
 still applies.
@@ -37,6 +37,7 @@ import functools
 import hashlib
 import json
 import random
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -136,14 +137,17 @@ def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
 
 
 def slot_signature(facts) -> Callable[[str], tuple]:
-    """text -> the booking slot values it states: (services, days, times, caller names), each a
-    frozenset, read as the tools' arguments are (engine.constrained.context: services by
+    """text -> the booking slot values it states: (services, days, times on the book's grid,
+    caller names), each a frozenset, read as the tools' arguments are (engine.constrained.context: services by
     fact-sheet alias, longest first; times however people say them; a name only after a cue)."""
     from diffvoice.engine.constrained.context import FUNCTION_WORDS, spans, times_mentioned, \
         values_in
     from diffvoice.engine.train.facts import DAYS
 
+    from diffvoice.engine.train.booking_schemas import grid_times
+
     aliases = {sv.name: sorted({*sv.aliases, sv.spoken.lower()}) for sv in facts.services}
+    grid = frozenset(grid_times(facts))  # "8 30" is 08:30 or 20:30: the book has only 08:30
     services = list(aliases)
     skip = FUNCTION_WORDS | frozenset(w for a in aliases.values() for x in a for w in x.split())
     skip |= frozenset(facts.name.lower().split())
@@ -152,9 +156,17 @@ def slot_signature(facts) -> Callable[[str], tuple]:
         low = text.lower()
         names = spans([{"role": "user", "content": low}], skip=skip, cued=True)
         return (frozenset(values_in(services, low, aliases)), frozenset(values_in(DAYS, low)),
-                frozenset(times_mentioned(low)), frozenset(names))
+                frozenset(times_mentioned(low) & grid), frozenset(names))
 
     return signature
+
+
+def _without_name(text: str, name: str) -> str:
+    """`text` without the clause giving `name` ("... and i'm ivy hayes", "put it under rosa")."""
+    cue = r"(?:under|is|i'm|im|name's|for)"
+    glue = r"(?:\b(?:and|so|put|it|it's|my|name|the|this)\s+)*"
+    out = re.sub(rf"{glue}\b{cue}\s+{re.escape(name)}\b", " ", text, count=1)
+    return " ".join(out.split())
 
 
 def _digest(entries: list[BankEntry]) -> str:
@@ -287,35 +299,61 @@ class ParaphraseSnap:
         """The message as the model is asked it. A fact / small-talk question nearest: that bank
         question when at least `threshold` similar. A booking opener nearest (the caller wants
         to book, check or cancel): the most similar opener of the same intent that states
-        exactly the same slot values (service, day, time, name; at least one — without any, a
-        message may be a question about booking or cancelling: chosen on the template held-out
-        set) — so no value the caller said is lost or added — when at least `threshold`
-        similar; else the message unchanged."""
-        query = self.encoder.encode([text])[0]
-        sims = self.embeddings @ query
+        exactly the same slot values (service, day, time; at least one — without any, a message
+        may be a question about booking or cancelling: chosen on the template held-out set) —
+        so no value the caller said is lost or added — when at least `threshold` similar; a
+        caller's name (one) is taken out before comparing (an unseen name pulls the similarity
+        down) and given back as "my name is <name>". Else the message unchanged."""
+        sims = self._sims(text)
         best = int(torch.argmax(sims))
-        sim = float(sims[best])
-        entry = self.entries[best]
-        if not entry.swap and self.signature is not None and sim >= self.threshold:
-            best, sim = self._same_slots(text, entry.intent, sims)
-            entry = self.entries[best] if best >= 0 else entry
-            swapped = best >= 0 and sim >= self.threshold \
+        sim, entry = float(sims[best]), self.entries[best]
+        if entry.swap or self.signature is None:
+            swapped = entry.swap and sim >= self.threshold \
                 and normalize(text) != normalize(entry.text)
             return Snap(entry.text if swapped else text, sim, entry.text, swapped)
-        swapped = entry.swap and sim >= self.threshold and normalize(text) != normalize(entry.text)
-        return Snap(entry.text if swapped else text, sim, entry.text, swapped)
+        kept = Snap(text, sim, entry.text, False)
+        want, name = self.signature(text), None
+        if len(want[3]) > 1:
+            return kept
+        intents = None
+        if want[3]:  # compared without the name; a fact question nearest then: kept
+            (name,) = want[3]
+            sims = self._sims(_without_name(text.lower(), name))
+            best = int(torch.argmax(sims))
+            sim, entry = float(sims[best]), self.entries[best]
+            want = (*want[:3], frozenset())
+            if entry.swap:
+                return kept
+            intents = self._named_intents()  # a name is given to book or cancel, not to check
+        if sim < self.threshold or not any(want):  # no value: maybe a question ABOUT booking
+            return kept                              # ("what if i cancel last minute")
+        best, sim = self._same_slots(want, entry.intent if intents is None or
+                                     entry.intent in intents else intents, sims)
+        if best < 0 or sim < self.threshold:
+            return kept
+        said = self.entries[best].text + (f" my name is {name}" if name else "")
+        swapped = normalize(said) != normalize(text)
+        return Snap(said if swapped else text, sim, self.entries[best].text, swapped)
 
-    def _same_slots(self, text: str, intent: str, sims: torch.Tensor) -> tuple[int, float]:
-        """(index, similarity) of the most similar opener of `intent` whose slot values equal
-        the text's, or (-1, 0.0)."""
+    def _sims(self, text: str) -> torch.Tensor:
+        return self.embeddings @ self.encoder.encode([text])[0]
+
+    def _named_intents(self) -> frozenset:
+        """Intents of the openers that give a caller's name (book, cancel)."""
         self._sig_ready.wait()
-        if self._signatures is None:  # signing failed (logged by the thread): no opener snaps
+        return frozenset(e.intent for e, sig in zip(self.entries, self._signatures or ())
+                         if sig is not None and sig[3])
+
+    def _same_slots(self, want: tuple, intent: str | frozenset,
+                    sims: torch.Tensor) -> tuple[int, float]:
+        """(index, similarity) of the most similar opener of `intent` (or of any of a set of
+        intents) whose slot values are `want`, or (-1, 0.0)."""
+        self._sig_ready.wait()
+        if self._signatures is None:  # signing failed: no opener snaps
             return -1, 0.0
-        want = self.signature(text)
-        if not any(want):  # no value stated: maybe a question ABOUT booking or cancelling
-            return -1, 0.0   # ("what if i cancel last minute"), which the model answers
+        intents = {intent} if isinstance(intent, str) else intent
         pick = [i for i, (e, sig) in enumerate(zip(self.entries, self._signatures))
-                if sig == want and e.intent == intent]
+                if sig == want and e.intent in intents]
         if not pick:
             return -1, 0.0
         idx = torch.tensor(pick)
