@@ -79,7 +79,8 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
             "time": rng.choice(slot_times(d.hours[day])), "name": d._name("heldout", rng)}
     given = {k: v for k, v in want.items() if rng.random() < (0.75 if k == "service" else 0.5)}
     messages = [{"role": "user", "content": d._opener(given, "heldout", rng)}]
-    out = {"want": want, "turns": [], "success": False, "confirmed": False}
+    out = {"want": want, "said": [messages[0]["content"]], "turns": [], "success": False,
+           "confirmed": False}
     booked = None
     for _ in range(MAX_TURNS):
         text, call, last = "", None, None
@@ -121,6 +122,7 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
             break
         messages += [{"role": "assistant", "content": text.strip()},
                      {"role": "user", "content": _answer(d, slot, want, rng)}]
+        out["said"].append(messages[-1]["content"])
     return out
 
 

@@ -161,6 +161,70 @@ def slot_signature(facts) -> Callable[[str], tuple]:
     return signature
 
 
+_ASKS = (("name", ("what name", "name should i", "name is the")),
+         ("time", ("what time", "which would you like")),
+         ("day", ("what day", "other day", "which day")),
+         ("service", ("come in for", "which service")))
+
+
+_QUESTION_WORDS = frozenset("how what what's whats when where which who why is are do does can "
+                            "could will would should may".split())
+
+
+def slot_answer_reader(facts) -> Callable[[list[dict]], str | None]:
+    """messages -> the caller's answer reduced to the value it gives, or None. Applies when the
+    assistant's last message asked for one slot (name, time, day or service) and the caller's
+    reply gives exactly one value of that slot, no value of another, and no other word than
+    English function words, fillers and the value's own ("you can put hugo hayes" -> "hugo
+    hayes", "let's do friday" -> "friday", "two pm works for me" -> "2 pm"): the model hears
+    the answer in the form its training answers take, and nothing the caller said is lost."""
+    from diffvoice.engine.constrained.context import _WORD, FUNCTION_WORDS, spans
+    from diffvoice.engine.train.tool_schemas import spoken_time
+
+    signature = slot_signature(facts)
+    spoken = {sv.name: sv.spoken.lower() for sv in facts.services}
+    alias_words = frozenset(w for sv in facts.services for a in (*sv.aliases, sv.spoken)
+                            for w in _WORD.findall(a.lower()))
+
+    def answer(messages: list[dict]) -> str | None:
+        if len(messages) < 2 or messages[-2].get("role") != "assistant":
+            return None
+        asked_text = messages[-2].get("content")
+        text = messages[-1].get("content")
+        if not isinstance(asked_text, str) or not isinstance(text, str) \
+                or not asked_text.strip().endswith("?"):
+            return None
+        low_q = asked_text.lower()
+        asked = next((k for k, cues in _ASKS if any(c in low_q for c in cues)), None)
+        if asked is None:
+            return None
+        low = " ".join(text.lower().replace("p.m.", "pm").replace("a.m.", "am").split())
+        services, days, times, _ = signature(low)
+        words = _WORD.findall(low)
+        if asked == "name" and (not words or words[0] in _QUESTION_WORDS or "?" in low):
+            return None  # "how much is it": a question, not a name ("much")
+        names = spans([{"role": "assistant", "content": asked_text},
+                       {"role": "user", "content": low}], skip=FUNCTION_WORDS | alias_words,
+                      cued=True) if asked == "name" else []
+        found = {"service": services, "day": days, "time": times, "name": frozenset(names)}
+        if len(found[asked]) != 1 or any(v for k, v in found.items() if k != asked):
+            return None
+        (value,) = found[asked]
+        own = set(_WORD.findall(value)) if asked == "name" else \
+            alias_words if asked == "service" else {value}
+        rest = [w for w in words if w not in FUNCTION_WORDS and w not in own
+                and w.rstrip("s") not in FUNCTION_WORDS and not any(c.isdigit() for c in w)]
+        if rest:
+            return None
+        if asked == "service":
+            return spoken[value]
+        if asked == "time":
+            return spoken_time(value)
+        return value
+
+    return answer
+
+
 def _without_name(text: str, name: str) -> str:
     """`text` without the clause giving `name` ("... and i'm ivy hayes", "put it under rosa")."""
     cue = r"(?:under|is|i'm|im|name's|for)"
@@ -212,7 +276,8 @@ class Snap:
 class ParaphraseSnap:
     def __init__(self, entries: list[BankEntry], embeddings: torch.Tensor, encoder: Encoder,
                  threshold: float = DEFAULT_THRESHOLD, single_turn_only: bool = True,
-                 signature: Callable[[str], tuple] | None = None) -> None:
+                 signature: Callable[[str], tuple] | None = None,
+                 slot_answer: Callable[[list[dict]], str | None] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"paraphrase threshold must be in [0, 1], got {threshold}")
         if embeddings.shape[0] != len(entries):
@@ -224,6 +289,7 @@ class ParaphraseSnap:
         self.single_turn_only = single_turn_only
         # booking openers are snap targets only with this (the same slot values); None: never
         self.signature = signature
+        self.slot_answer = slot_answer  # later turns: a slot answer reduced to its value
         self._signatures: list | None = None  # per entry (~1.5 s on 2 cores): in a thread
         self._sig_ready = threading.Event()
         if signature is not None:
@@ -245,6 +311,7 @@ class ParaphraseSnap:
         encoder = encoder or Encoder.shared()
         entries = bank_entries(gen)
         kw.setdefault("signature", slot_signature(gen.facts))
+        kw.setdefault("slot_answer", slot_answer_reader(gen.facts))
         return cls(entries, encoder.encode([e.text for e in entries]), encoder, **kw)
 
     def save(self, path: str | Path) -> None:
@@ -285,7 +352,9 @@ class ParaphraseSnap:
             embeddings = encoder.encode([e.text for e in entries])
         with _BANKS_LOCK:
             _BANKS[digest] = embeddings
-        kw.setdefault("signature", slot_signature(load_facts(facts)))
+        sheet = load_facts(facts)
+        kw.setdefault("signature", slot_signature(sheet))
+        kw.setdefault("slot_answer", slot_answer_reader(sheet))
         snap = cls(entries, embeddings, encoder, **kw)
         if save and (built or not path.is_file()):
             try:
@@ -362,16 +431,21 @@ class ParaphraseSnap:
 
     def rewrite(self, messages: list[dict]) -> list[dict]:
         """`messages` with the last user message snapped (a new list; the input is not changed).
-        Unchanged when the last message is not a user's, when it is not plain text, or when the
-        caller spoke earlier in the conversation and `single_turn_only` is set."""
+        A later turn that answers the assistant's slot question with nothing but the value is
+        reduced to the value (`slot_answer`: slot_answer_reader). Otherwise unchanged when the
+        last message is not a user's, when it is not plain text, or when the caller spoke
+        earlier in the conversation and `single_turn_only` is set."""
         if not messages or messages[-1].get("role") != "user":
             return messages
         content = messages[-1].get("content")
         if not isinstance(content, str) or not content.strip():
             return messages
-        if self.single_turn_only and any(m.get("role") in ("user", "assistant", "tool")
-                                         for m in messages[:-1]):
-            return messages
+        if any(m.get("role") in ("user", "assistant", "tool") for m in messages[:-1]):
+            reduced = self.slot_answer(messages) if self.slot_answer is not None else None
+            if reduced is not None and normalize(reduced) != normalize(content):
+                return [*messages[:-1], {**messages[-1], "content": reduced}]
+            if self.single_turn_only:
+                return messages
         s = self.snap(content)
         if not s.swapped:
             return messages
@@ -379,4 +453,4 @@ class ParaphraseSnap:
 
 
 __all__ = ["BANK_FILE", "DEFAULT_THRESHOLD", "BankEntry", "Encoder", "ParaphraseSnap", "Snap",
-           "bank_entries", "encoder_dir", "slot_signature"]
+           "bank_entries", "encoder_dir", "slot_answer_reader", "slot_signature"]

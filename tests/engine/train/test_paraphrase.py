@@ -112,6 +112,50 @@ def test_a_booking_opener_is_heard_as_a_training_opener_with_the_same_values(sna
     assert swapped >= 5
 
 
+def test_a_slot_answer_is_reduced_to_its_value_and_nothing_else(snap):
+    """A later turn answering the assistant's slot question with nothing but the value is heard
+    as the value, in the words the training answers use; anything more is left as said."""
+    from diffvoice.engine.train.dialogue_phrases import say_time
+    from diffvoice.engine.train.paraphrase import slot_answer_reader
+    from diffvoice.engine.train.tool_schemas import spoken_time
+
+    reader = slot_answer_reader(load_facts(MODEL / "facts.yaml"))
+
+    def heard(question, answer):
+        return reader([{"role": "user", "content": "i'd like to book"},
+                       {"role": "assistant", "content": question},
+                       {"role": "user", "content": answer}])
+
+    name_q = "And what name should I put a crown on Tuesday at 4 pm under?"
+    assert heard(name_q, "you can put Hugo Hayes") == "hugo hayes"
+    assert heard(name_q, "you can put hugo and what is your address") is None
+    time_q = "What time on Saturday would you like to come in for a filling?"
+    assert heard(time_q, "let's say 3 p.m.") == "3 pm"
+    assert heard(time_q, "saturday at 10") is None  # a day too: left as said
+    assert heard("Sure, what day would you like to come in for a crown?", "maybe friday") == \
+        "friday"
+    assert heard("Sure, what would you like to come in for?", "for urgent visit") == \
+        "an emergency visit"
+    assert heard("We're open 8 am to 5 pm.", "friday") is None  # no slot was asked
+    # every time the generator's callers say, in any answer phrasing, keeps its value
+    import random
+
+    rng = random.Random(5)
+    for t in ("08:30", "10:00", "12:00", "13:30", "15:00", "16:30"):
+        for form in ("{t}", "let's say {t}", "{t} works for me", "um {t} please"):
+            said = form.format(t=say_time(t, rng))
+            assert heard(time_q, said) == spoken_time(t), said
+    # the engine hook: only the last message changes, and only when reducible
+    msgs = [{"role": "user", "content": "i'd like to book a crown on tuesday at 4 pm"},
+            {"role": "assistant", "content": name_q},
+            {"role": "user", "content": "that would be ivy quinn"}]
+    out = snap.rewrite(msgs)
+    assert out[-1]["content"] == "ivy quinn" and out[:2] == msgs[:2] \
+        and msgs[-1]["content"] == "that would be ivy quinn"
+    msgs[-1] = {"role": "user", "content": "how much is it"}
+    assert snap.rewrite(msgs) is msgs
+
+
 def test_stored_bank_is_used_only_when_it_matches(tmp_path, monkeypatch):
     import diffvoice.engine.train.paraphrase as P
 
