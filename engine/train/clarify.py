@@ -40,19 +40,20 @@ def served(text: str, first_block_confidence: float | None, messages: list[dict]
            is_well_formed: Callable[[str], bool], is_flow_reply: Callable[[str], bool] | None,
            result_reply: Callable[[str, dict, dict], str | None] | None,
            threshold: float = DEFAULT_THRESHOLD, grounding: bool = True,
-           slot_question: Callable[[list[dict]], str | None] | None = None
+           slot_question: Callable[[list[dict]], str | None] | None = None,
+           next_question: Callable[[list[dict]], str | None] | None = None
            ) -> tuple[str, bool, str | None]:
     """(what the caller hears, clarified, grounding's `how`) for a whole text reply, as the
     server's guard (voice/receptionist/clarify.py, whole-reply mode) decides it: grounding
     (engine.train.grounding), then `guard`; a clarified reply after a tool result becomes the
     trained result reply when there is one; mid-booking, `slot_question(messages)` (the next
     slot-filling question, engine.train.dialogues.Dialogues.slot_question) when it gives one;
-    else CLARIFY."""
+    else CLARIFY. `next_question` is grounding's (engine.train.grounding.ground)."""
     from diffvoice.engine.train.grounding import ground
 
     how = None
     if grounding and is_flow_reply is not None:
-        text, how = ground(text, messages, is_flow_reply, result_reply)
+        text, how = ground(text, messages, is_flow_reply, result_reply, next_question)
     final, clarified = guard(text, first_block_confidence, is_well_formed, threshold)
     if clarified:
         final = replacement(messages, result_reply, slot_question)

@@ -132,9 +132,6 @@ class Dialogues(OtherFlows):
         tools' arguments are narrowed (engine.constrained.context: the caller's newest mention
         first; a name only where one was given); None outside a booking, or when every slot is
         known (the model should have called; the guard's question stands)."""
-        from diffvoice.engine.constrained.context import FUNCTION_WORDS, mentioned, spans
-        from diffvoice.engine.train.grounding import ALL_TIMES, daytime_reading
-
         prior = [m for m in messages if m.get("role") == "assistant"
                  and isinstance(m.get("content"), str)]
         if not messages or messages[-1].get("role") != "user" or not prior:
@@ -143,6 +140,16 @@ class Dialogues(OtherFlows):
         if not self.is_flow_reply(asked) or not asked.endswith("?") or "name" not in \
                 asked.lower() and not any(c in asked.lower() for c in (
                     "what time", "what day", "other day", "come in for")):
+            return None
+        return self.next_question(messages)
+
+    def next_question(self, messages: list[dict]) -> str | None:
+        """The slot-filling question for the slots `messages` hold (read as `slot_question`
+        reads them), None when every slot is known or the caller has not spoken."""
+        from diffvoice.engine.constrained.context import FUNCTION_WORDS, mentioned, spans
+        from diffvoice.engine.train.grounding import ALL_TIMES, daytime_reading
+
+        if not messages or messages[-1].get("role") != "user":
             return None
         s: dict = {}
         alias_of = {a.lower(): name for name, svc in self.services.items() for a in svc.aliases}

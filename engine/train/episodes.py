@@ -100,7 +100,7 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
             conf = getattr(last, "first_block_confidence", None)
             text, _, _ = served(text.strip(), conf if calibrated or params.tools else None,
                                 messages, gen.is_well_formed, d.is_flow_reply, d.result_reply,
-                                clarify_below, grounding, d.slot_question)
+                                clarify_below, grounding, d.slot_question, d.next_question)
         out["turns"].append(call or text.strip())
         if booked is not None:  # the reply after the booking result: the confirmation
             out["confirmed"] = text.strip() == d.book_result_reply(booked, {"booked": True})

@@ -180,7 +180,7 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
     final, clarified, how = served(text, conf if calibrated else None, example.messages(),
                                    gen.is_well_formed, gen.dialogues.is_flow_reply,
                                    gen.dialogues.result_reply, clarify_below, grounding,
-                                   gen.dialogues.slot_question)
+                                   gen.dialogues.slot_question, gen.dialogues.next_question)
     correct_raw, exact = score(example, text)
     correct = score(example, final)[0] if (not clarified or final != CLARIFY) else False
     return Reply(example.question, len(example.history), example.intent, example.kind,

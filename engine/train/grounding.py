@@ -18,7 +18,10 @@ errors were 19 of 60 failures (eval.json v3). The rule, applied to the reply tex
     values the conversation points at by the same rule tool arguments are narrowed with
     (context.mentioned: the caller's newest mention first; of a time said without am/pm, the
     reading between 07:00 and 19:59); exactly one candidate -> it is written in place
-    ("substituted"); otherwise the reply is left and reported "ungrounded".
+    ("substituted"); otherwise a question is replaced by `next_question(messages)` (the
+    slot-filling question for the slots the call holds, "Sure, what would you like to come in
+    for on Wednesday?" for "... on Wednesday at 12 pm?" when nobody said 12) when the caller
+    passes one and it gives one ("replaced"), else the reply is left, reported "ungrounded".
 Only replies `applies(text)` accepts are checked (the receptionist passes its flow-reply test:
 fact-sheet answers state opening hours nobody said, and must not be touched). Pure text; knows
 nothing about models. The property it must keep: every reply the training flows write for a
@@ -104,7 +107,8 @@ def daytime_reading(pair: list[str]) -> list[str]:
 
 def ground(text: str, messages: list[dict] | None,
            applies: Callable[[str], bool] | None = None,
-           result_reply: Callable[[str, dict, dict], str | None] | None = None
+           result_reply: Callable[[str, dict, dict], str | None] | None = None,
+           next_question: Callable[[list[dict]], str | None] | None = None
            ) -> tuple[str, str | None]:
     """(reply, how): see the module docstring."""
     if not messages or not text or text.lstrip().startswith("<tool_call>"):
@@ -144,5 +148,9 @@ def ground(text: str, messages: list[dict] | None,
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     if ungrounded:
+        question = next_question(messages) if next_question is not None \
+            and text.rstrip().endswith("?") else None
+        if question:  # a slot question stating a value nobody said: ask for what is missing
+            return question, "replaced"
         return text, "ungrounded"
     return text, "substituted" if edits else None

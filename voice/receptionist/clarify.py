@@ -16,7 +16,8 @@ The same rule as `eval-model` (engine.train.clarify.guard), applied to a stream 
   * grounding (whole reply, with `messages`): a booking-flow reply (`is_flow_reply`) that states
     a time or a day nobody said is mended before it is spoken (engine.train.grounding: the one
     value the caller pointed at written in place, or after a tool result the trained result
-    reply); `ClarifyRecord.grounding` says what was done;
+    reply, or a slot question stating a value nobody said replaced by the question for what
+    the call still lacks); `ClarifyRecord.grounding` says what was done;
   * the first-block test only for requests the threshold is calibrated for
     (`ClarifyGuard.calibrated(params)`: "fast" decoding, which every tool-carrying request uses);
   * tool calls pass unchanged (a constrained call is well-formed by construction), and so do
@@ -64,7 +65,8 @@ class ClarifyGuard:
                  whole_reply: bool = True, question: str = CLARIFY,
                  result_reply: Callable[[str, dict, dict], str | None] | None = None,
                  is_flow_reply: Callable[[str], bool] | None = None,
-                 slot_question: Callable[[list[dict]], str | None] | None = None) -> None:
+                 slot_question: Callable[[list[dict]], str | None] | None = None,
+                 next_question: Callable[[list[dict]], str | None] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"clarify_below must be in [0, 1], got {threshold}")
         if whole_reply and is_well_formed is None:
@@ -76,6 +78,7 @@ class ClarifyGuard:
         self.result_reply = result_reply
         self.is_flow_reply = is_flow_reply
         self.slot_question = slot_question
+        self.next_question = next_question
 
     def question_for(self, messages: list[dict] | None) -> str:
         """The replacement for an unsure reply to `messages`: after a tool result, the reply
@@ -133,7 +136,7 @@ class ClarifyGuard:
             if text and delta.finish_reason in ("stop", "length"):
                 if self.is_flow_reply is not None and messages:
                     grounded, record.grounding = ground(text, messages, self.is_flow_reply,
-                                                        self.result_reply)
+                                                        self.result_reply, self.next_question)
                     whole = grounded if grounded != text else whole
                     text = grounded
                 if not self.is_well_formed(text):
@@ -171,7 +174,8 @@ def clarify_guard_for(config, warnings: list[str] | None = None) -> ClarifyGuard
     return ClarifyGuard(config.clarify_below, gen.is_well_formed, config.clarify_whole_reply,
                         result_reply=gen.dialogues.result_reply,
                         is_flow_reply=gen.dialogues.is_flow_reply,
-                        slot_question=gen.dialogues.slot_question)
+                        slot_question=gen.dialogues.slot_question,
+                        next_question=gen.dialogues.next_question)
 
 
 def guard_of(state) -> ClarifyGuard | None:

@@ -76,6 +76,21 @@ def test_two_candidates_leave_the_reply_and_say_so(gen):
                 {"role": "user", "content": "monday or tuesday, either"}]
     reply = "And what name should I put a cleaning on Friday at 10 am under?"
     assert _ground(gen, reply, messages) == (reply, "ungrounded")
+    # with the flows' next question to fall back on: the question for what is still missing
+    assert ground(reply, messages, gen.dialogues.is_flow_reply, gen.dialogues.result_reply,
+                  gen.dialogues.next_question) == (
+        "Sure, what day would you like to come in for a cleaning at 10 am?", "replaced")
+
+
+def test_a_question_stating_a_time_nobody_said_asks_for_what_is_missing(gen):
+    """The caller gave a day and a name, no time and no service; the model asked "... on
+    Wednesday at 12 pm?" (v3, closed-loop episode): the 12 pm goes, the question stays."""
+    messages = [{"role": "user", "content": "sign me up for an appointment please for this "
+                                            "coming wednesday and i'm felix ortiz"}]
+    reply = "Sure, what would you like to come in for on Wednesday at 12 pm?"
+    assert ground(reply, messages, gen.dialogues.is_flow_reply, gen.dialogues.result_reply,
+                  gen.dialogues.next_question) == (
+        "Sure, what would you like to come in for on Wednesday?", "replaced")
 
 
 def test_after_a_tool_result_a_misstated_confirmation_becomes_the_trained_one(gen):

@@ -140,6 +140,12 @@ async def test_the_held_reply_is_grounded_before_it_is_spoken():
     out, _, rec = await _collect(guard, _deltas([right], 0.95),
                                  messages=_after("book_appointment", args, {"booked": True}))
     assert [d.text for d in out] == [right] and rec.grounding is None
+    # a slot question stating a time nobody said: the question for what the call lacks
+    invented = "Sure, what would you like to come in for on Wednesday at 12 pm?"
+    out, _, rec = await _collect(guard, _deltas([invented], 0.95), messages=[
+        {"role": "user", "content": "can i book something on wednesday, i'm felix ortiz"}])
+    assert [d.text for d in out] == ["Sure, what would you like to come in for on Wednesday?"]
+    assert rec.grounding == "replaced" and not rec.clarified
     streaming = ClarifyGuard(
         guard.threshold, guard.is_well_formed, whole_reply=False,
         is_flow_reply=guard.is_flow_reply)
