@@ -11,8 +11,9 @@ was trained to emit), with each value slot constrained to what the appointment b
 and, with `context=True` (the default; what serve / the API / eval-model use), the conversation
 narrowing of engine/constrained/context.py: service, day and time "mentioned" (only values
 somebody said, when any was; a service also by its fact-sheet aliases and spoken name; a tool
-waits while a required one was never said), name "name_span" (copied from the caller's words). `context=False` gives the schema-only
-constraint (for measuring what the narrowing adds). Knows nothing about models.
+waits while a required one was never said), name "name_span" (copied from the caller's words).
+`context=False` gives the schema-only constraint (for measuring what the narrowing adds). Knows
+nothing about models.
 """
 
 from __future__ import annotations

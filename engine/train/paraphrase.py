@@ -17,10 +17,12 @@ instead. When a booking opener is nearest (the caller books, checks or cancels),
 asked the most similar opener of the same intent that states exactly the same slot values —
 services (by fact-sheet alias), days, times (`slot_signature`); at least one — when that one is
 at least `threshold` similar (a caller's name is taken out before comparing and given back as
-"my name is <name>") ("got any time on friday for teeth cleaning" -> "what times do you
-have for friday for teeth cleaning"), so no value the caller said is lost or invented. Otherwise — nothing close enough, or the turn
-follows earlier turns (`single_turn_only`: a follow-up like "and on Saturday?" needs its
-context) — the message passes unchanged. The model still writes every answer; the clarify guard
+"my name is <name>") ("got any time on friday for teeth cleaning" -> "what times do you have
+for friday for teeth cleaning"), so no value the caller said is lost or invented. A later turn
+that answers the assistant's slot question with nothing but the value is heard as the value
+(`slot_answer_reader`). Otherwise — nothing close enough, or the turn follows earlier turns
+(`single_turn_only`: a follow-up like "and on Saturday?" needs its context) — the message
+passes unchanged. The model still writes every answer; the clarify guard
 still applies.
 
 The bank's embeddings are stored next to the model (`paraphrase_bank.safetensors`, float16,
@@ -138,13 +140,17 @@ def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
 
 def slot_signature(facts) -> Callable[[str], tuple]:
     """text -> the booking slot values it states: (services, days, times on the book's grid,
-    caller names), each a frozenset, read as the tools' arguments are (engine.constrained.context: services by
-    fact-sheet alias, longest first; times however people say them; a name only after a cue)."""
-    from diffvoice.engine.constrained.context import FUNCTION_WORDS, spans, times_mentioned, \
-        values_in
-    from diffvoice.engine.train.facts import DAYS
-
+    caller names), each a frozenset, read as the tools' arguments are
+    (engine.constrained.context: services by fact-sheet alias, longest first; times however
+    people say them; a name only after a cue)."""
+    from diffvoice.engine.constrained.context import (
+        FUNCTION_WORDS,
+        spans,
+        times_mentioned,
+        values_in,
+    )
     from diffvoice.engine.train.booking_schemas import grid_times
+    from diffvoice.engine.train.facts import DAYS
 
     aliases = {sv.name: sorted({*sv.aliases, sv.spoken.lower()}) for sv in facts.services}
     grid = frozenset(grid_times(facts))  # "8 30" is 08:30 or 20:30: the book has only 08:30
@@ -410,7 +416,8 @@ class ParaphraseSnap:
     def _named_intents(self) -> frozenset:
         """Intents of the openers that give a caller's name (book, cancel)."""
         self._sig_ready.wait()
-        return frozenset(e.intent for e, sig in zip(self.entries, self._signatures or ())
+        signatures = self._signatures or [None] * len(self.entries)
+        return frozenset(e.intent for e, sig in zip(self.entries, signatures, strict=True)
                          if sig is not None and sig[3])
 
     def _same_slots(self, want: tuple, intent: str | frozenset,
@@ -421,7 +428,7 @@ class ParaphraseSnap:
         if self._signatures is None:  # signing failed: no opener snaps
             return -1, 0.0
         intents = {intent} if isinstance(intent, str) else intent
-        pick = [i for i, (e, sig) in enumerate(zip(self.entries, self._signatures))
+        pick = [i for i, (e, sig) in enumerate(zip(self.entries, self._signatures, strict=True))
                 if sig == want and e.intent in intents]
         if not pick:
             return -1, 0.0
