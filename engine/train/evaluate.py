@@ -253,7 +253,7 @@ def question_sets(gen: DataGenerator, seed: int, per_template: int, dialogues: i
 
     if independent and gen.facts.name == BUSINESS:
         sets["independent"] = independent_examples(gen)
-        for asr in ("whisper-tiny.en", "pocketsphinx-domain"):
+        for asr in ("whisper-tiny.en", "pocketsphinx-domain", "whisper-base"):  # when cached
             spoken = spoken_examples(gen, asr=asr)
             if spoken:
                 sets[f"spoken:{asr}"] = spoken

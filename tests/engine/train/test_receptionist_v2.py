@@ -197,6 +197,22 @@ def test_independent_set_is_big_varied_and_never_in_training(gen):
     assert training_overlap(gen, n=4000) == set()
 
 
+def test_every_recogniser_heard_the_same_spoken_questions(gen):
+    """The spoken independent set: each recogniser's rows cover the same (question, voice)
+    pairs, so their accuracies compare (whisper-base rows come from the extra, appended by
+    `asr_augment independent --append --asr whisper-base`)."""
+    from diffvoice.engine.train.asr_augment import RECOGNISERS, Recognisers
+    from diffvoice.engine.train.independent import spoken_examples
+
+    pairs = {asr: {ex.template.rsplit(":", 1)[0] for ex in spoken_examples(gen, asr=asr)}
+             for asr in RECOGNISERS}
+    assert pairs["whisper-tiny.en"] and all(p == pairs["whisper-tiny.en"]
+                                            for p in pairs.values() if p), \
+        {k: len(v) for k, v in pairs.items()}
+    with pytest.raises(ValueError, match="unknown recogniser"):
+        Recognisers(("whisper-large",))
+
+
 def test_guard_asks_instead_of_blending(gen):
     good = "A cleaning is 95 dollars."
     assert guard(good, 0.9, gen.is_well_formed) == (good, False)
