@@ -19,9 +19,10 @@ unknown `x-` keywords, so the schema stays valid for any other client):
                any of their ALIASES_KEY phrases ({"cleanings": ["teeth cleaning", ...]}; the
                longest phrase said wins: "kids checkup" is not also "checkup"). A null
                candidate is kept unless the caller just said a value (then a nullable type
-               becomes non-nullable too). Nothing mentioned -> null when the property is
-               nullable (an optional value nobody gave), else the schema's full enum; a tool
-               whose REQUIRED "mentioned" property nobody mentioned yet is left out.
+               becomes non-nullable too). Nothing mentioned by the caller or a tool -> null
+               when the property is nullable (an optional value nobody gave); a tool whose
+               REQUIRED "mentioned" property neither mentioned yet is left out; else (a value
+               only the assistant said, or none) the narrowing above, the full enum at worst.
 A tool left out "waits" for the caller: with tool_choice "auto" the model answers (asks for
 what is missing) — when every tool waits, no tool is offered at all — while a forced tool, or
 every waiting tool when a call is required, stays (its name slot free text, its enum full).
@@ -241,9 +242,11 @@ def mentioned(values: list, messages, aliases: dict | None = None) -> list:
 
 
 def said_any(values: list, messages, aliases: dict | None = None) -> bool:
-    """Whether any message of the conversation mentions one of `values` (as `mentioned`)."""
+    """Whether a caller (`user`) or `tool` message mentions one of `values` (as `mentioned`
+    reads them). The assistant's own words do not count: "On Fridays we're open from 8 am to
+    3 pm" gives no booking time."""
     return any(_mentioned_in(values, m["content"], aliases) for m in messages or ()
-               if isinstance(m, dict) and m.get("role") in ("user", "tool", "assistant")
+               if isinstance(m, dict) and m.get("role") in ("user", "tool")
                and isinstance(m.get("content"), str))
 
 

@@ -316,3 +316,8 @@ def test_a_tool_waits_for_a_required_value_nobody_said():
     assert ALIASES_KEY not in props["service"]
     assert spans([{"role": "user", "content": "hi i'm ming"}], skip=FUNCTION_WORDS,
                  cued=True) == ["ming"]
+    # the assistant's own words give no value: an hours answer is no booking day
+    hours = [{"role": "user", "content": "when are you open"},
+             {"role": "assistant", "content": "On Fridays we're open from 8 am to 3 pm."},
+             {"role": "user", "content": "ok a crown then, i'm hugo"}]
+    assert [t["function"]["name"] for t in contextualize([book, cancel], hours)] == []
