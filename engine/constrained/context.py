@@ -250,7 +250,7 @@ def said_any(values: list, messages, aliases: dict | None = None) -> bool:
                and isinstance(m.get("content"), str))
 
 
-def _aliased(values: list, blob: str, aliases: dict) -> set:
+def aliased(values: list, blob: str, aliases: dict) -> set:
     """Values of `values` that `blob` names by one of their alias phrases, longest phrase first
     (a phrase inside a longer one that was said does not count: "kids checkup" != "checkup")."""
     phrases = sorted(((a.lower(), v) for v in values if isinstance(v, str)
@@ -277,7 +277,7 @@ def _mentioned_in(values: list, text: str, aliases: dict | None = None) -> list:
     words = set(_WORD.findall(blob))
     times = times_mentioned(blob) if any(isinstance(v, str) and _HHMM.match(v)
                                          for v in values) else set()
-    by_alias = _aliased(values, blob, aliases) if aliases else set()
+    by_alias = aliased(values, blob, aliases) if aliases else set()
     keep = []
     for v in values:
         if not isinstance(v, str):

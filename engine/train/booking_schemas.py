@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 
 from diffvoice.engine.constrained.context import ALIASES_KEY, KEY
-from diffvoice.engine.train.facts import DAYS, FactSheet
+from diffvoice.engine.train.facts import DAYS, FactSheet, service_aliases
 from diffvoice.engine.train.tool_schemas import slot_times, tool_schemas
 
 
@@ -53,8 +53,7 @@ def decoding_schemas(facts: FactSheet, context: bool = True) -> list[dict]:
                 spec[KEY] = "mentioned"
             elif context and key == "service":
                 spec[KEY] = "mentioned"
-                spec[ALIASES_KEY] = {s.name: sorted({*s.aliases, s.spoken.lower()})
-                                     for s in facts.services}
+                spec[ALIASES_KEY] = service_aliases(facts)
             elif context and key == "name":
                 spec[KEY] = "name_span"
     return tools

@@ -146,17 +146,18 @@ class Dialogues(OtherFlows):
     def next_question(self, messages: list[dict]) -> str | None:
         """The slot-filling question for the slots `messages` hold (read as `slot_question`
         reads them), None when every slot is known or the caller has not spoken."""
-        from diffvoice.engine.constrained.context import FUNCTION_WORDS, mentioned, spans
+        from diffvoice.engine.constrained.context import FUNCTION_WORDS, aliased, mentioned, spans
+        from diffvoice.engine.train.facts import service_aliases
         from diffvoice.engine.train.grounding import ALL_TIMES, daytime_reading
 
         if not messages or messages[-1].get("role") != "user":
             return None
         s: dict = {}
-        alias_of = {a.lower(): name for name, svc in self.services.items() for a in svc.aliases}
-        alias_of.update({self._spoken(name).lower(): name for name in self.services})
+        aliases = service_aliases(self.facts)
         for m in reversed(messages):  # the newest message naming exactly one service decides
-            said = self._services_in(m.get("content"), alias_of) \
-                if m.get("role") in ("user", "assistant") else set()
+            text = m.get("content")
+            said = aliased(list(aliases), text.lower(), aliases) \
+                if m.get("role") in ("user", "assistant") and isinstance(text, str) else set()
             if len(said) == 1:
                 s["service"] = said.pop()
                 break
@@ -167,26 +168,14 @@ class Dialogues(OtherFlows):
         times = daytime_reading(times) if len(times) == 2 else times
         if len(times) == 1:
             s["time"] = times[0]
-        words = frozenset(w for a in alias_of for w in a.split()) | frozenset(DAYS)
+        words = frozenset(w for a in aliases.values() for x in a for w in x.split()) \
+            | frozenset(DAYS)
         names = spans(messages, skip=FUNCTION_WORDS | words, cued=True)
         if names:
             s["name"] = names[0]
         if all(s.get(k) for k in ("service", "day", "time", "name")):
             return None
         return self.ask(s)
-
-    @staticmethod
-    def _services_in(text, alias_of: dict[str, str]) -> set[str]:
-        """Services a text names, longest alias first ("kids checkup" is not also "checkup")."""
-        if not isinstance(text, str):
-            return set()
-        low, found = text.lower(), set()
-        for alias in sorted(alias_of, key=len, reverse=True):
-            pattern = rf"\b{re.escape(alias)}(s|es)?\b"
-            if re.search(pattern, low):
-                found.add(alias_of[alias])
-                low = re.sub(pattern, " ", low)
-        return found
 
     def book_result_reply(self, args: dict, result: dict) -> str:
         when = f"{args['day'].capitalize()} at {spoken_time(args['time'])}"

@@ -101,6 +101,13 @@ def _section(doc: dict, key: str, kind: type = dict):
 PLACEHOLDERS = ("name", "spoken_name", "phone", "email", "website")
 
 
+def service_aliases(facts: FactSheet) -> dict[str, list[str]]:
+    """Each service's `name` -> the phrases that name it: its aliases and its spoken form, lower
+    case (the "x-diffvoice-aliases" of the served tools, and how replies are read back)."""
+    return {sv.name: sorted({*(a.lower() for a in sv.aliases), sv.spoken.lower()})
+            for sv in facts.services}
+
+
 def spoken_name(name: str) -> str:
     """'Bluebird Dental' -> 'bluebird dental'; 'Smith & Sons, Inc.' -> 'smith and sons inc'."""
     text = name.lower().replace("&", " and ")

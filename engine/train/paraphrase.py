@@ -15,9 +15,9 @@ dialogues. When the caller's last message is at least `threshold` cosine-similar
 question whose answer is a fact or small-talk reply, the model is asked that bank question
 instead. When a booking opener is nearest (the caller books, checks or cancels), the model is
 asked the most similar opener of the same intent that states exactly the same slot values —
-services (by fact-sheet alias), days, times (`slot_signature`); at least one — when that one is
-at least `threshold` similar (a caller's name is taken out before comparing and given back as
-"my name is <name>") ("got any time on friday for teeth cleaning" -> "what times do you have
+services (by fact-sheet alias), days, times (engine/train/slot_reading.py); at least one — when
+that one is at least `threshold` similar (a caller's name is taken out before comparing and given
+back as "my name is <name>") ("got any time on friday for teeth cleaning" -> "what times do you have
 for friday for teeth cleaning"), so no value the caller said is lost or invented. A later turn
 that answers the assistant's slot question with nothing but the value is heard as the value
 (`slot_answer_reader`). Otherwise — nothing close enough, or the turn follows earlier turns
@@ -39,7 +39,6 @@ import functools
 import hashlib
 import json
 import random
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +48,7 @@ import yaml
 
 from diffvoice.engine.train.data import DataGenerator, normalize
 from diffvoice.engine.train.facts import load_facts, parse_facts
+from diffvoice.engine.train.slot_reading import slot_answer_reader, slot_signature, without_name
 
 BANK_FILE = "paraphrase_bank.safetensors"
 ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -138,107 +138,6 @@ def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
     return list(seen.values())
 
 
-def slot_signature(facts) -> Callable[[str], tuple]:
-    """text -> the booking slot values it states: (services, days, times on the book's grid,
-    caller names), each a frozenset, read as the tools' arguments are
-    (engine.constrained.context: services by fact-sheet alias, longest first; times however
-    people say them; a name only after a cue)."""
-    from diffvoice.engine.constrained.context import (
-        FUNCTION_WORDS,
-        spans,
-        times_mentioned,
-        values_in,
-    )
-    from diffvoice.engine.train.booking_schemas import grid_times
-    from diffvoice.engine.train.facts import DAYS
-
-    aliases = {sv.name: sorted({*sv.aliases, sv.spoken.lower()}) for sv in facts.services}
-    grid = frozenset(grid_times(facts))  # "8 30" is 08:30 or 20:30: the book has only 08:30
-    services = list(aliases)
-    skip = FUNCTION_WORDS | frozenset(w for a in aliases.values() for x in a for w in x.split())
-    skip |= frozenset(facts.name.lower().split())
-
-    def signature(text: str) -> tuple:
-        low = text.lower()
-        names = spans([{"role": "user", "content": low}], skip=skip, cued=True)
-        return (frozenset(values_in(services, low, aliases)), frozenset(values_in(DAYS, low)),
-                frozenset(times_mentioned(low) & grid), frozenset(names))
-
-    return signature
-
-
-_ASKS = (("name", ("what name", "name should i", "name is the")),
-         ("time", ("what time", "which would you like")),
-         ("day", ("what day", "other day", "which day")),
-         ("service", ("come in for", "which service")))
-
-
-_QUESTION_WORDS = frozenset("how what what's whats when where which who why is are do does can "
-                            "could will would should may".split())
-
-
-def slot_answer_reader(facts) -> Callable[[list[dict]], str | None]:
-    """messages -> the caller's answer reduced to the value it gives, or None. Applies when the
-    assistant's last message asked for one slot (name, time, day or service) and the caller's
-    reply gives exactly one value of that slot, no value of another, and no other word than
-    English function words, fillers and the value's own ("you can put hugo hayes" -> "hugo
-    hayes", "let's do friday" -> "friday", "two pm works for me" -> "2 pm"): the model hears
-    the answer in the form its training answers take, and nothing the caller said is lost."""
-    from diffvoice.engine.constrained.context import _WORD, FUNCTION_WORDS, spans
-    from diffvoice.engine.train.tool_schemas import spoken_time
-
-    signature = slot_signature(facts)
-    spoken = {sv.name: sv.spoken.lower() for sv in facts.services}
-    alias_words = frozenset(w for sv in facts.services for a in (*sv.aliases, sv.spoken)
-                            for w in _WORD.findall(a.lower()))
-
-    def answer(messages: list[dict]) -> str | None:
-        if len(messages) < 2 or messages[-2].get("role") != "assistant":
-            return None
-        asked_text = messages[-2].get("content")
-        text = messages[-1].get("content")
-        if not isinstance(asked_text, str) or not isinstance(text, str) \
-                or not asked_text.strip().endswith("?"):
-            return None
-        low_q = asked_text.lower()
-        asked = next((k for k, cues in _ASKS if any(c in low_q for c in cues)), None)
-        if asked is None:
-            return None
-        low = " ".join(text.lower().replace("p.m.", "pm").replace("a.m.", "am").split())
-        services, days, times, _ = signature(low)
-        words = _WORD.findall(low)
-        if asked == "name" and (not words or words[0] in _QUESTION_WORDS or "?" in low):
-            return None  # "how much is it": a question, not a name ("much")
-        names = spans([{"role": "assistant", "content": asked_text},
-                       {"role": "user", "content": low}], skip=FUNCTION_WORDS | alias_words,
-                      cued=True) if asked == "name" else []
-        found = {"service": services, "day": days, "time": times, "name": frozenset(names)}
-        if len(found[asked]) != 1 or any(v for k, v in found.items() if k != asked):
-            return None
-        (value,) = found[asked]
-        own = set(_WORD.findall(value)) if asked == "name" else \
-            alias_words if asked == "service" else {value}
-        rest = [w for w in words if w not in FUNCTION_WORDS and w not in own
-                and w.rstrip("s") not in FUNCTION_WORDS and not any(c.isdigit() for c in w)]
-        if rest:
-            return None
-        if asked == "service":
-            return spoken[value]
-        if asked == "time":
-            return spoken_time(value)
-        return value
-
-    return answer
-
-
-def _without_name(text: str, name: str) -> str:
-    """`text` without the clause giving `name` ("... and i'm ivy hayes", "put it under rosa")."""
-    cue = r"(?:under|is|i'm|im|name's|for)"
-    glue = r"(?:\b(?:and|so|put|it|it's|my|name|the|this)\s+)*"
-    out = re.sub(rf"{glue}\b{cue}\s+{re.escape(name)}\b", " ", text, count=1)
-    return " ".join(out.split())
-
-
 def _digest(entries: list[BankEntry]) -> str:
     h = hashlib.sha256()
     for e in entries:
@@ -296,7 +195,10 @@ class ParaphraseSnap:
         # booking openers are snap targets only with this (the same slot values); None: never
         self.signature = signature
         self.slot_answer = slot_answer  # later turns: a slot answer reduced to its value
-        self._signatures: list | None = None  # per entry (~1.5 s on 2 cores): in a thread
+        # openers by slot signature, and the intents of openers that give a name: built once
+        # (~1.5 s on 2 cores) in a thread; empty when signing failed (no opener snaps)
+        self._by_signature: dict[tuple, list[int]] = {}
+        self._named: frozenset = frozenset()
         self._sig_ready = threading.Event()
         if signature is not None:
             threading.Thread(target=self._sign_entries, name="paraphrase-signatures",
@@ -306,8 +208,13 @@ class ParaphraseSnap:
 
     def _sign_entries(self) -> None:
         try:
-            self._signatures = [None if e.swap else self.signature(e.text)
-                                for e in self.entries]
+            index: dict[tuple, list[int]] = {}
+            for i, e in enumerate(self.entries):
+                if not e.swap:
+                    index.setdefault(self.signature(e.text), []).append(i)
+            self._named = frozenset(self.entries[i].intent for sig, ids in index.items()
+                                    if sig[3] for i in ids)
+            self._by_signature = index
         finally:
             self._sig_ready.set()
 
@@ -339,7 +246,7 @@ class ParaphraseSnap:
         facts = Path(facts) if facts else model_dir / "facts.yaml"
         if not facts.is_file():
             return None
-        load_facts(facts)  # a clear error naming the file when the sheet is broken
+        sheet = load_facts(facts)  # a clear error naming the file when the sheet is broken
         entries = list(_entries_for(facts.read_text(encoding="utf-8")))
         digest = _digest(entries)
         encoder = Encoder.shared()
@@ -358,7 +265,6 @@ class ParaphraseSnap:
             embeddings = encoder.encode([e.text for e in entries])
         with _BANKS_LOCK:
             _BANKS[digest] = embeddings
-        sheet = load_facts(facts)
         kw.setdefault("signature", slot_signature(sheet))
         kw.setdefault("slot_answer", slot_answer_reader(sheet))
         snap = cls(entries, embeddings, encoder, **kw)
@@ -393,7 +299,7 @@ class ParaphraseSnap:
         intents = None
         if want[3]:  # compared without the name; a fact question nearest then: kept
             (name,) = want[3]
-            sims = self._sims(_without_name(text.lower(), name))
+            sims = self._sims(without_name(text.lower(), name))
             best = int(torch.argmax(sims))
             sim, entry = float(sims[best]), self.entries[best]
             want = (*want[:3], frozenset())
@@ -416,20 +322,15 @@ class ParaphraseSnap:
     def _named_intents(self) -> frozenset:
         """Intents of the openers that give a caller's name (book, cancel)."""
         self._sig_ready.wait()
-        signatures = self._signatures or [None] * len(self.entries)
-        return frozenset(e.intent for e, sig in zip(self.entries, signatures, strict=True)
-                         if sig is not None and sig[3])
+        return self._named
 
     def _same_slots(self, want: tuple, intent: str | frozenset,
                     sims: torch.Tensor) -> tuple[int, float]:
         """(index, similarity) of the most similar opener of `intent` (or of any of a set of
         intents) whose slot values are `want`, or (-1, 0.0)."""
         self._sig_ready.wait()
-        if self._signatures is None:  # signing failed: no opener snaps
-            return -1, 0.0
         intents = {intent} if isinstance(intent, str) else intent
-        pick = [i for i, (e, sig) in enumerate(zip(self.entries, self._signatures, strict=True))
-                if sig == want and e.intent in intents]
+        pick = [i for i in self._by_signature.get(want, ()) if self.entries[i].intent in intents]
         if not pick:
             return -1, 0.0
         idx = torch.tensor(pick)
@@ -460,4 +361,4 @@ class ParaphraseSnap:
 
 
 __all__ = ["BANK_FILE", "DEFAULT_THRESHOLD", "BankEntry", "Encoder", "ParaphraseSnap", "Snap",
-           "bank_entries", "encoder_dir", "slot_answer_reader", "slot_signature"]
+           "bank_entries", "encoder_dir"]

@@ -80,7 +80,7 @@ def test_a_booking_opener_is_heard_as_a_training_opener_with_the_same_values(sna
     """The nearest question is a booking / availability / cancel opener: the message is heard as
     the most similar training opener of that intent stating exactly the caller's values (never
     one more or one less); with no value stated, or a value no opener holds, unchanged."""
-    from diffvoice.engine.train.paraphrase import slot_signature
+    from diffvoice.engine.train.slot_reading import slot_signature
 
     sig = slot_signature(load_facts(MODEL / "facts.yaml"))
     s = snap.snap("got any time on friday for teeth cleaning")
@@ -116,7 +116,7 @@ def test_a_slot_answer_is_reduced_to_its_value_and_nothing_else(snap):
     """A later turn answering the assistant's slot question with nothing but the value is heard
     as the value, in the words the training answers use; anything more is left as said."""
     from diffvoice.engine.train.dialogue_phrases import say_time
-    from diffvoice.engine.train.paraphrase import slot_answer_reader
+    from diffvoice.engine.train.slot_reading import slot_answer_reader
     from diffvoice.engine.train.tool_schemas import spoken_time
 
     reader = slot_answer_reader(load_facts(MODEL / "facts.yaml"))
