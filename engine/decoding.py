@@ -98,3 +98,13 @@ def sdar_schedule(block_length: int, steps: int) -> list[int]:
     """SDAR's `get_num_transfer_tokens`: block_length // steps each, the remainder first."""
     base, rem = divmod(block_length, steps)
     return [base + (1 if i < rem else 0) for i in range(steps)]
+
+
+def careful(params: SamplingParams, mc: ModelConfig) -> SamplingParams:
+    """The same request decoded one token per pass: "fast" low_confidence with as many passes
+    per block as the decode block has slots (8 for the receptionists: twice the passes of their
+    default 4). The clarify guard's second try at a reply that came out blended (two answers
+    committed side by side in one pass); about twice the decoding time."""
+    fast, _ = resolve(replace(params, decoding="fast"), mc)
+    return replace(fast, policy="low_confidence",
+                   steps_per_block=max(fast.block_size, params.steps_per_block))

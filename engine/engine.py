@@ -133,6 +133,13 @@ class Engine:
         """What SamplingParams(decoding=None) decodes with on this model (engine.loader)."""
         return self.loaded.default_decoding
 
+    def careful_params(self, params: SamplingParams) -> SamplingParams:
+        """`params` decoded one token per pass (engine.decoding.careful): the clarify guard's
+        retry of a blended reply."""
+        from diffvoice.engine.decoding import careful
+
+        return careful(params, self.loaded.config)
+
     # ------------------------------------------------------------------ caller side
     def prepare(self, messages: list[dict] | str, params: SamplingParams,
                 request_id: str | None = None,

@@ -230,6 +230,21 @@ class DiffusionLLMService(LLMService):
             except Exception as e:  # abort of a finished request is harmless
                 logger.debug(f"{self}: abort({request_id}) -> {e!r}")
 
+    def _careful_retry(self, messages: list[dict], params, request_id: str):
+        """The clarify guard's careful retry of a blended reply (voice.receptionist.clarify):
+        the same request, one token per pass, abortable as the current request; None when the
+        engine cannot decode carefully."""
+        careful = getattr(self._engine, "careful_params", None)
+        if careful is None:
+            return None
+
+        def start():
+            self._current_request_id = f"{request_id}-careful"
+            return self._engine.generate(messages, careful(params),
+                                         request_id=self._current_request_id)
+
+        return start
+
     def _params_for(self, context: LLMContext):
         """The service's SamplingParams plus the context's tools and tool_choice (if any)."""
         tools = context.tools
@@ -290,7 +305,9 @@ class DiffusionLLMService(LLMService):
                                             first_block=self._clarify.calibrated(
                                                 params, getattr(self._engine, "default_decoding",
                                                                 "reference")),
-                                            messages=messages)
+                                            messages=messages,
+                                            retry=self._careful_retry(messages, params,
+                                                                      request_id))
             async for delta in source:
                 answer.passes = max(answer.passes, getattr(delta, "passes", 0))
                 if first:

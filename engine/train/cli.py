@@ -166,6 +166,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grounding", action=argparse.BooleanOptionalAction, default=True,
                         help="mend a booking-flow reply that restates a time or day nobody "
                              "said, as served (engine.train.grounding)")
+    parser.add_argument("--retry", action=argparse.BooleanOptionalAction, default=True,
+                        help="decode a reply that is not well-formed once more, one token per "
+                             "pass, and keep it when it agrees, as served (engine.train.clarify)")
     parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
 
 
@@ -184,7 +187,8 @@ def run_eval(args: argparse.Namespace) -> int:
                           args.limit, args.max_new_tokens, args.concurrency, args.seed,
                           args.chitchat, args.threads, args.dialogues, args.independent,
                           args.clarify_below, tuple(args.paths), args.episodes,
-                          None if args.paraphrase > 1 else args.paraphrase, args.grounding)
+                          None if args.paraphrase > 1 else args.paraphrase, args.grounding,
+                          args.retry)
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2

@@ -72,7 +72,10 @@ def _result(d, name: str, args: dict) -> dict:
 
 
 async def _episode(engine, gen, params, rng: random.Random, grounding: bool = True,
-                   clarify_below: float = DEFAULT_THRESHOLD, calibrated: bool = True) -> dict:
+                   clarify_below: float = DEFAULT_THRESHOLD, calibrated: bool = True,
+                   retry: bool = True) -> dict:
+    from diffvoice.engine.train.evaluate import careful_retry, decode
+
     d = gen.dialogues
     day = rng.choice(d.open_days)
     want = {"service": rng.choice(list(d.services)), "day": day,
@@ -83,14 +86,10 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
            "confirmed": False}
     booked = None
     for _ in range(MAX_TURNS):
-        text, call, last = "", None, None
         turn_params = params
         if params.tools and messages[-1]["role"] == "tool":  # as the voice service: one call
             turn_params = dataclasses.replace(params, tool_choice="none")  # per caller turn
-        async for delta in engine.generate(messages, turn_params):
-            text += delta.text
-            call = getattr(delta, "tool_call", None) or call
-            last = delta
+        text, call, last = await decode(engine, messages, turn_params)
         if call is None:
             from diffvoice.engine.train.tool_schemas import parse_tool_call
 
@@ -98,9 +97,11 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
             call = parsed and {"name": parsed[0], "arguments": json.dumps(parsed[1])}
         if call is None:  # what the caller hears: grounding and the clarify guard, as served
             conf = getattr(last, "first_block_confidence", None)
-            text, _, _ = served(text.strip(), conf if calibrated or params.tools else None,
-                                messages, gen.is_well_formed, d.is_flow_reply, d.result_reply,
-                                clarify_below, grounding, d.slot_question, d.next_question)
+            second = await careful_retry(engine, gen, messages, text, turn_params, retry)
+            text = served(text, conf if calibrated or params.tools else None,
+                          messages, gen.is_well_formed, d.is_flow_reply, d.result_reply,
+                          clarify_below, grounding, d.slot_question, d.next_question,
+                          second).final
         out["turns"].append(call or text.strip())
         if booked is not None:  # the reply after the booking result: the confirmation
             out["confirmed"] = text.strip() == d.book_result_reply(booked, {"booked": True})
@@ -128,11 +129,11 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
 
 async def run_episodes(engine, gen, params, n: int = 60, seed: int = 7,
                        grounding: bool = True, clarify_below: float = DEFAULT_THRESHOLD,
-                       calibrated: bool = True) -> dict:
+                       calibrated: bool = True, retry: bool = True) -> dict:
     # one generator per episode: a change in one call's replies leaves the others' callers as
     # they were, so two runs compare call for call
     eps = [await _episode(engine, gen, params, random.Random(seed * 1000 + i), grounding,
-                          clarify_below, calibrated) for i in range(n)]
+                          clarify_below, calibrated, retry) for i in range(n)]
     return {"n": n, "success_rate": sum(e["success"] for e in eps) / max(1, n),
             "confirmed_rate": sum(e["confirmed"] for e in eps) / max(1, n),
             "mean_model_turns": sum(len(e["turns"]) for e in eps) / max(1, n),

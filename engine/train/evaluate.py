@@ -13,7 +13,11 @@ Scoring of one reply:
                a flow question: the normalized reply equals the expected one; a tool call: the
                parsed call has the right tool and exactly the right arguments
   well_formed  the reply is exactly an answer the fact sheet yields, a flow reply shape or a
-               valid tool call (DataGenerator.is_well_formed) — measured on the raw reply
+               valid tool call (DataGenerator.is_well_formed) — measured on the model's reply
+               before the guard: the first decode, or the careful retry that replaced it (a
+               reply not well-formed is decoded once more one token per pass and kept when it
+               agrees: engine.train.clarify, as the server does); `well_formed_first`: the first
+               decode alone
   clarified    engine.train.clarify.guard replaced the reply by the clarifying question (first
                block confidence below `clarify_below`, or not well-formed); a clarified reply
                counts as NOT correct in every accuracy. As at run time (voice/receptionist/
@@ -48,6 +52,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, served
@@ -122,7 +127,7 @@ class Reply:
     final: str           # what the caller hears (after the clarify guard)
     correct: bool        # `final` is right
     correct_raw: bool    # `text` is right (no guard)
-    well_formed: bool    # `text` is well-formed
+    well_formed: bool    # the model's reply is well-formed: `text`, or the careful retry used
     clarified: bool
     is_call: bool        # the expected reply is a tool call
     ended: bool
@@ -133,6 +138,9 @@ class Reply:
     first_block_s: float | None
     total_s: float
     grounding: str | None = None  # engine.train.grounding: substituted / replaced / ungrounded
+    well_formed_first: bool = True  # `text` (the first decode) is well-formed
+    retry_text: str | None = None   # the careful retry of a reply that was not well-formed
+    retried: bool = False           # ... and it replaced `text` (engine.train.clarify.served)
 
     @property
     def mended(self) -> bool:
@@ -157,18 +165,39 @@ def score(example: Example, text: str) -> tuple[bool, bool]:
     return all(normalize(f) in norm for f in example.facts), exact
 
 
-async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: SamplingParams,
-               clarify_below: float, grounding: bool = True) -> Reply:
+async def decode(engine: Engine, messages: list[dict], params: SamplingParams
+                 ) -> tuple[str, dict | None, Any]:
+    """(text, tool call or None, last Delta) of one request, drained."""
     text, last, call = "", None, None
-    t0 = time.perf_counter()
-    async for delta in engine.generate(example.messages(), params):
+    async for delta in engine.generate(messages, params):
         text += delta.text
         last = delta
         call = getattr(delta, "tool_call", None) or call
+    return text.strip(), call, last
+
+
+async def careful_retry(engine: Engine, gen: DataGenerator, messages: list[dict], text: str,
+                        params: SamplingParams, retry: bool) -> tuple[str, float | None] | None:
+    """The clarify guard's careful retry (engine.train.clarify) of a text reply that is not
+    well-formed, as the server decodes it; None when there is nothing to retry or it is off.
+    A retry that comes out a tool call is not a retry of this text: None."""
+    if not retry or not text or gen.is_well_formed(text):
+        return None
+    second, call, last = await decode(engine, messages, engine.careful_params(params))
+    if call is not None:
+        return None
+    return second, getattr(last, "first_block_confidence", None)
+
+
+async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: SamplingParams,
+               clarify_below: float, grounding: bool = True, retry: bool = True) -> Reply:
+    t0 = time.perf_counter()
+    text, call, last = await decode(engine, example.messages(), params)
     total = time.perf_counter() - t0
-    text = text.strip()
     if call is not None:  # a constrained call: scored (and checked) as its wire text
         text = tool_call_text(call["name"], json.loads(call["arguments"]), list(params.tools))
+    second = None if call is not None else await careful_retry(
+        engine, gen, example.messages(), text, params, retry)
     conf = last.first_block_confidence
     # the first-block test only where the threshold is calibrated, exactly as at run time
     # (voice.receptionist.clarify.ClarifyGuard.calibrated: "fast" decoding or tools; no
@@ -177,26 +206,29 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
     # what the server does with the whole reply (voice.receptionist.clarify.ClarifyGuard):
     # grounding, then the clarify test; an unsure reply after a tool result becomes the trained
     # result reply, any other the clarifying question
-    final, clarified, how = served(text, conf if calibrated else None, example.messages(),
+    final, clarified, how, retried = served(text, conf if calibrated else None, example.messages(),
                                    gen.is_well_formed, gen.dialogues.is_flow_reply,
                                    gen.dialogues.result_reply, clarify_below, grounding,
-                                   gen.dialogues.slot_question, gen.dialogues.next_question)
+                                   gen.dialogues.slot_question, gen.dialogues.next_question,
+                                   second)
     correct_raw, exact = score(example, text)
     correct = score(example, final)[0] if (not clarified or final != CLARIFY) else False
+    first_ok = gen.is_well_formed(text)
     return Reply(example.question, len(example.history), example.intent, example.kind,
                  example.template, example.answer, text, final, correct, correct_raw,
-                 gen.is_well_formed(text), clarified, example.call is not None,
+                 first_ok or retried, clarified, example.call is not None,
                  last.finish_reason == "stop", exact, last.completion_tokens, len(text.split()),
-                 conf, last.first_block_latency_s, total, how)
+                 conf, last.first_block_latency_s, total, how, first_ok,
+                 None if second is None else second[0], retried)
 
 
 async def _run(engine, gen, examples, params, concurrency, clarify_below,
-               grounding: bool = True) -> list[Reply]:
+               grounding: bool = True, retry: bool = True) -> list[Reply]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(ex: Example) -> Reply:
         async with gate:
-            return await _ask(engine, gen, ex, params, clarify_below, grounding)
+            return await _ask(engine, gen, ex, params, clarify_below, grounding, retry)
 
     return list(await asyncio.gather(*(one(ex) for ex in examples)))
 
@@ -227,6 +259,8 @@ def summarize(replies: list[Reply]) -> dict:
         "n_flow": len(pick(lambda r: r.kind == "flow")), "n_calls": len(pick(lambda r: r.is_call)),
         "n_follow": len(pick(lambda r: r.kind == "follow")),
         "well_formed_rate": _rate(replies, "well_formed"),
+        "well_formed_first_rate": _rate(replies, "well_formed_first"),
+        "retried_rate": _rate(replies, "retried"),
         "clarify_rate": _rate(replies, "clarified"),
         "grounded_rate": _rate(replies, "mended"),
         "ungrounded_rate": _rate(replies, "ungrounded"),
@@ -267,10 +301,12 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              dialogues: int = 240, independent: bool = True,
              clarify_below: float = DEFAULT_THRESHOLD,
              paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60,
-             paraphrase: float | None = PARAPHRASE_THRESHOLD, grounding: bool = True) -> dict:
+             paraphrase: float | None = PARAPHRASE_THRESHOLD, grounding: bool = True,
+             retry: bool = True) -> dict:
     """Run every setting over every question set; returns a JSON-able report. `paraphrase`:
     the snapping threshold as served (engine.train.paraphrase), None = the model alone;
-    `grounding`: mend restated values as served (engine.train.grounding)."""
+    `grounding`: mend restated values as served (engine.train.grounding); `retry`: the
+    clarify guard's careful retry of a blended reply, as served (engine.train.clarify)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -304,7 +340,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
             model, facts_path, save=False, threshold=paraphrase).rewrite
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
                     "threads": threads, "clarify_below": clarify_below, "paraphrase": paraphrase,
-                    "grounding": grounding, "paths": list(paths),
+                    "grounding": grounding, "retry": retry, "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
     try:
@@ -315,7 +351,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 t0 = time.perf_counter()
                 replies = asyncio.run(_run(engine, gen, examples,
                                            path_params(path, params, gen.facts), concurrency,
-                                           clarify_below, grounding))
+                                           clarify_below, grounding, retry))
                 name = name if path == "free" else f"{name}+{path}"
                 res[name] = {
                     "summary": summarize(replies), "per_intent": per_intent(replies),
@@ -338,7 +374,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 report["episodes"][spec] = {
                     path: asyncio.run(run_episodes(engine, gen, path_params(
                         path, params, gen.facts), n=episodes, seed=seed + 2,
-                        grounding=grounding, clarify_below=clarify_below,
+                        grounding=grounding, clarify_below=clarify_below, retry=retry,
                         calibrated=(params.decoding or engine.default_decoding) == "fast"))
                     for path in paths}
     finally:
@@ -350,7 +386,8 @@ def _merge(summaries: list[dict]) -> dict:
     summaries = [s for s in summaries if s["n"]]  # an empty set (--dialogues 0) has no rates
     n = sum(s["n"] for s in summaries)
     return {"n": n, **{k: sum(s[k] * s["n"] for s in summaries) / n if n else None
-                       for k in ("well_formed_rate", "clarify_rate")}}
+                       for k in ("well_formed_rate", "well_formed_first_rate", "retried_rate",
+                                 "clarify_rate")}}
 
 
 def _fmt(value: float | None, n: int | None = None) -> str:

@@ -227,6 +227,17 @@ def _clarify_record(state: Any, chat: ChatRequest):
     return None if guard is None else (guard, ClarifyRecord())
 
 
+def _careful_retry(engine: Any, chat: ChatRequest, request_id: str):
+    """The clarify guard's careful retry of a blended reply: the same request decoded one
+    token per pass (Engine.careful_params); None for an engine that cannot."""
+    careful = getattr(engine, "careful_params", None)
+    if careful is None:
+        return None
+    return lambda: engine.generate(list(chat.messages), careful(chat.params),
+                                   request_id=f"{request_id}-careful",
+                                   chat_template_kwargs=chat.chat_template_kwargs)
+
+
 def make_router(state: Any) -> APIRouter:
     """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
     registry = getattr(getattr(state, "metrics", None), "registry", None)
@@ -278,7 +289,8 @@ def make_router(state: Any) -> APIRouter:
                                      first_block=clarify[0].calibrated(
                                          chat.params,
                                          getattr(engine, "default_decoding", "reference")),
-                                     messages=list(chat.messages))
+                                     messages=list(chat.messages),
+                                     retry=_careful_retry(engine, chat, request_id))
         dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created)
@@ -297,6 +309,8 @@ def make_router(state: Any) -> APIRouter:
             headers["x-diffvoice-clarified"] = clarify[1].reason
         if clarify is not None and clarify[1].grounding:
             headers["x-diffvoice-grounded"] = clarify[1].grounding
+        if clarify is not None and clarify[1].retried:
+            headers["x-diffvoice-retried"] = "careful"
         message = {"role": "assistant", "content": text, "refusal": None}
         if getattr(last, "tool_call", None) is not None:
             message = {"role": "assistant", "content": None, "refusal": None,

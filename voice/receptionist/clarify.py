@@ -20,6 +20,12 @@ The same rule as `eval-model` (engine.train.clarify.guard), applied to a stream 
     the call still lacks); `ClarifyRecord.grounding` says what was done;
   * the first-block test only for requests the threshold is calibrated for
     (`ClarifyGuard.calibrated(params)`: "fast" decoding, which every tool-carrying request uses);
+  * careful retry (`wrap(..., retry=...)`: a function starting the same request again with
+    `Engine.careful_params`, one token per pass): before a whole reply that is not well-formed
+    is replaced, it is decoded once more; the retry's reply is said instead when it is
+    well-formed (after grounding), `agrees` with the blend (engine.train.clarify) and passes
+    the first-block test; `ClarifyRecord.retried` says so. It costs about twice the first
+    decode, only for blended replies;
   * tool calls pass unchanged (a constrained call is well-formed by construction), and so do
     replies whose request carried no text (errors, aborts);
   * after a tool result (`wrap(..., messages=...)` whose last message is a `tool` message
@@ -39,12 +45,13 @@ Knows nothing about pipecat or HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, replacement
+from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, agrees, replacement
 from diffvoice.engine.train.grounding import ground
 
 CLARIFY_MODES = ("auto", "on", "off")
@@ -57,6 +64,7 @@ class ClarifyRecord:
     question: str | None = None          # what replaced the reply (CLARIFY or a result reply)
     first_block_confidence: float | None = None
     grounding: str | None = None         # engine.train.grounding's `how` for the whole reply
+    retried: bool = False                # the careful retry's reply replaced a blend
 
 
 class ClarifyGuard:
@@ -101,13 +109,41 @@ class ClarifyGuard:
         decoding = getattr(params, "decoding", "fast") or default_decoding
         return decoding == "fast" or bool(getattr(params, "tools", ()))
 
+    async def _careful(self, retry: Callable[[], AsyncIterator[Any]], raw: str,
+                       messages: list[dict] | None, first_block: bool, record: ClarifyRecord
+                       ) -> tuple[Any, str] | None:
+        """(the retry's last delta, its text as said) when the careful retry of the blended
+        `raw` may be said instead (see the module docstring), else None."""
+        text, last = "", None
+        async with contextlib.aclosing(retry()) as stream:
+            async for delta in stream:
+                if getattr(delta, "tool_call", None) is not None:
+                    return None  # a call is not a retry of this text reply
+                text, last = text + delta.text, delta
+        text = text.strip()
+        if last is None or not last.finished or last.finish_reason not in ("stop", "length") \
+                or not agrees(raw, text):
+            return None
+        how = None
+        if self.is_flow_reply is not None and messages:
+            text, how = ground(text, messages, self.is_flow_reply, self.result_reply,
+                               self.next_question)
+        conf = getattr(last, "first_block_confidence", None)
+        if not self.is_well_formed(text) or (first_block and conf is not None
+                                             and conf < self.threshold):
+            return None
+        record.retried, record.grounding = True, how
+        return last, text
+
     async def wrap(self, deltas: AsyncIterator[Any], abort: Callable[[], None],
                    record: ClarifyRecord | None = None,
                    first_block: bool = True,
-                   messages: list[dict] | None = None) -> AsyncIterator[Any]:
+                   messages: list[dict] | None = None,
+                   retry: Callable[[], AsyncIterator[Any]] | None = None
+                   ) -> AsyncIterator[Any]:
         """The engine's deltas, guarded (see the module docstring); `first_block=False` skips
         the confidence test (see `calibrated`); `messages` (the request's) choose the
-        replacement (`question_for`)."""
+        replacement (`question_for`); `retry` starts the careful retry of a blended reply."""
         record = record if record is not None else ClarifyRecord()
         question = self.question_for(messages)
         held: list = []
@@ -134,13 +170,19 @@ class ClarifyGuard:
             whole = "".join(d.text for d in held)
             text = whole.strip()
             if text and delta.finish_reason in ("stop", "length"):
+                raw = text
                 if self.is_flow_reply is not None and messages:
                     grounded, record.grounding = ground(text, messages, self.is_flow_reply,
                                                         self.result_reply, self.next_question)
                     whole = grounded if grounded != text else whole
                     text = grounded
                 if not self.is_well_formed(text):
-                    yield self._clarified(delta, record, "not_well_formed", question)
+                    again = None if retry is None else await self._careful(
+                        retry, raw, messages, first_block, record)
+                    if again is None:
+                        yield self._clarified(delta, record, "not_well_formed", question)
+                        return
+                    yield dataclasses.replace(again[0], text=again[1])
                     return
             merged = dataclasses.replace(delta, text=whole)
             held = []

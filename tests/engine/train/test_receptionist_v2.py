@@ -13,7 +13,7 @@ from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.testing import make_random_checkpoint
 from diffvoice.engine.tokenizer import ChatTokenizer
 from diffvoice.engine.train.build_tokenizer import TOOL_TOKENS, train_tokenizer
-from diffvoice.engine.train.clarify import CLARIFY, guard
+from diffvoice.engine.train.clarify import CLARIFY, agrees, guard, served
 from diffvoice.engine.train.data import DataGenerator, normalize
 from diffvoice.engine.train.dialogues import (
     ANSWER_NAME,
@@ -221,6 +221,62 @@ def test_guard_asks_instead_of_blending(gen):
     assert guard(good, None, gen.is_well_formed, threshold=0.5) == (good, False)
     with pytest.raises(ValueError):
         guard(good, 0.5, gen.is_well_formed, threshold=2.0)
+
+
+def test_agreement_of_a_careful_retry():
+    assert agrees("A crown is 900 dolla dollars.", "A crown is 900 dollars.")
+    assert agrees("You're booked for a filling on Thursday at 102..",
+                  "You're booked for a filling on Thursday at 10 pm.")
+    assert not agrees("We're across the in we the public library, next to the green pharmacy.",
+                      "I can book you in right now, or you can book online at bluebird dental "
+                      "dot com.")
+    assert not agrees("", "A crown is 900 dollars.") and not agrees("A crown", "")
+    assert agrees("a b c d", "a b x y", min_ratio=0.5) and not agrees("a b c d", "a x y z")
+
+
+def test_served_says_an_agreeing_careful_retry(gen):
+    """engine.train.clarify.served with `retry`: a blend is replaced by its careful retry when
+    the retry is well-formed, agrees and is confident; else the clarifying question."""
+    d = gen.dialogues
+    msgs = [{"role": "user", "content": "how much is a cleaning"}]
+
+    def serve(text, retry):
+        return served(text, 0.9, msgs, gen.is_well_formed, d.is_flow_reply, d.result_reply,
+                      retry=retry)
+
+    good, blend = "A cleaning is 95 dollars.", "A cleaning is 95 dolla dollars."
+    assert serve(blend, (good, 0.9)) == (good, False, None, True)
+    assert serve(blend, None) == (CLARIFY, True, None, False)
+    assert serve(blend, ("We're closed on Sundays.", 0.9)).final == CLARIFY  # disagrees
+    assert serve(blend, (good, 0.1)) == (CLARIFY, True, None, False)  # unsure retry
+    assert serve(blend, (blend, 0.9)).final == CLARIFY  # blended again
+    assert serve(good, ("A crown is 900 dollars.", 0.9)) == (good, False, None, False)
+
+
+def test_careful_params_decode_one_token_per_pass(tmp_path):
+    """Engine.careful_params: "fast" low_confidence with a pass per slot of the block; on a
+    random-weight block-causal model a 16-token answer takes 16 committing passes (at least),
+    twice as many as the default 4 passes per 8-token block."""
+    make_random_checkpoint(tmp_path, family="sdar")
+    engine = Engine.from_pretrained(tmp_path, EngineConfig(max_running=1))
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True, steps_per_block=2)
+
+    async def passes(p):
+        deltas = [d async for d in engine.generate([{"role": "user", "content": "hi"}], p)]
+        return deltas[-1].passes, deltas[-1].completion_tokens
+
+    try:
+        careful = engine.careful_params(params)
+        block = engine.loaded.config.block_size
+        assert (careful.policy, careful.decoding, careful.steps_per_block) == \
+            ("low_confidence", "fast", block)
+        assert careful.max_new_tokens == 16 and careful.ignore_eos
+        fast_passes, n = asyncio.run(passes(params))
+        careful_passes, n2 = asyncio.run(passes(careful))
+    finally:
+        engine.close()
+    assert n == n2 == 16
+    assert careful_passes >= 16 > fast_passes, (careful_passes, fast_passes)
 
 
 def test_engine_reports_first_block_confidence(tmp_path):

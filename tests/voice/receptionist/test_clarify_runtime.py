@@ -3,7 +3,8 @@ pipeline's DiffusionLLMService (pipecat run_test) and in the OpenAI API (TestCli
 shipped receptionist model and its tools (the product path). Low first-block confidence -> the
 clarifying question, decided by the engine's own confidence (measured in the test); a confident
 answer passes through unchanged; the off switch passes the raw reply; a reply that is not
-well-formed is caught in whole-reply mode."""
+well-formed is caught in whole-reply mode, after a careful retry (one token per pass) that is said
+instead when it agrees with the blend."""
 
 from __future__ import annotations
 
@@ -73,6 +74,49 @@ async def test_guard_on_deltas():
     assert out == call and not rec.clarified
     with pytest.raises(ValueError, match="clarify_below"):
         ClarifyGuard(1.5, WELL_FORMED)
+
+
+async def test_careful_retry_of_a_blend():
+    """Whole-reply mode with `retry`: a blend is decoded once more and the retry is said when it
+    is well-formed, agrees with the blend and is confident; otherwise the question. Never for a
+    well-formed reply or in streaming mode; the retry stream is always closed."""
+    held = ClarifyGuard(0.5, WELL_FORMED, whole_reply=True)
+    blend = _deltas(["A crown is ", "900 dolla dollars."], 0.9)
+    started, closed = [], []
+
+    def retry_with(deltas):
+        async def stream():
+            started.append(1)
+            try:
+                for d in deltas:
+                    yield d
+            finally:
+                closed.append(1)
+        return stream
+
+    out, aborted, rec = await _collect(held, blend, retry=retry_with(
+        _deltas(["A crown is 900 dollars."], 0.8)))
+    assert [d.text for d in out] == ["A crown is 900 dollars."] and out[-1].finished
+    assert rec.retried and not rec.clarified and not aborted and closed == [1]
+    cases = [  # (retry deltas, why the question stays)
+        (_deltas(["We're open 8 am to 5 pm."], 0.9), "a different answer"),
+        (_deltas(["A crown is 900 dollars."], 0.3), "an unsure retry"),
+        (_deltas(["A crown is 900 dolla dollars."], 0.9), "a blend again"),
+        ([Delta("r", "", [], True, "tool_calls", tool_call={"name": "x", "arguments": "{}"})],
+         "a call"),
+        (_deltas(["A crown is 900 dollars."], 0.9, reason="abort"), "an aborted retry"),
+    ]
+    for deltas, why in cases:
+        out, _, rec = await _collect(held, blend, retry=retry_with(deltas))
+        assert [d.text for d in out] == [CLARIFY], why
+        assert rec.clarified and not rec.retried and rec.reason == "not_well_formed", why
+    assert len(closed) == len(started) == 1 + len(cases)
+    sure = _deltas(["A crown ", "is 900 dollars."], 0.9)
+    out, _, rec = await _collect(held, sure, retry=retry_with(sure))
+    streaming = ClarifyGuard(0.5, WELL_FORMED, whole_reply=False)
+    out2, _, _ = await _collect(streaming, blend, retry=retry_with(sure))
+    assert out2 == blend and len(started) == 1 + len(cases)  # neither was retried
+    assert [d.text for d in out] == ["A crown is 900 dollars."] and not rec.retried
 
 
 def _after(name, args, result):
@@ -182,6 +226,10 @@ def test_guard_from_config(tmp_path):
         assert not guard.is_well_formed("Sorryh we service would you like?v")
 
 
+def _guard_of_default():
+    return clarify_guard_for(_Config())
+
+
 @pytest.fixture(scope="module")
 def receptionist(tmp_path_factory):
     if not HAS_MODEL:
@@ -226,6 +274,10 @@ async def test_voice_service_asks_when_the_engine_is_unsure(receptionist):
     assert text == sure_text and not record.clarified  # passes through unchanged
     text, record = await spoken(UNSURE, None)  # guard off: the raw (blended) reply
     assert text == unsure_text and record is None
+    # whole-reply guard: a blend is decoded again one token per pass and the agreeing retry said
+    text, record = await spoken("is this a real receptionist", _guard_of_default())
+    assert text == "I'm a virtual assistant, but I can help with our hours, prices, and bookings."
+    assert record.retried and not record.clarified
 
 
 def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
@@ -267,6 +319,14 @@ def test_openai_api_asks_when_the_engine_is_unsure(receptionist):
     assert headers["x-diffvoice-grounded"] == "substituted"
     text, headers = ask(_Config(), SURE)
     assert "x-diffvoice-grounded" not in headers
+    # a blend whose careful retry (one token per pass) agrees with it is answered by the retry
+    # (v3 first says "I'm a virtual assistant virtual but I can help with our hours hours ...")
+    blended = "is this a real receptionist"
+    raw, _ = ask(_Config(clarify="off"), blended)
+    text, headers = ask(_Config(), blended)
+    assert raw != text and not _guard_of_default().is_well_formed(raw), raw
+    assert text == "I'm a virtual assistant, but I can help with our hours, prices, and bookings."
+    assert headers["x-diffvoice-retried"] == "careful" and "x-diffvoice-clarified" not in headers
     # ignore_eos asks for exactly max_tokens raw tokens (a benchmark): never replaced
     body = ask(_Config(clarify_below=0.0), BLENDED, ignore_eos=True, max_tokens=16)
     assert body[0] != CLARIFY and "x-diffvoice-clarified" not in body[1]
