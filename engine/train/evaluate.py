@@ -287,7 +287,9 @@ def question_sets(gen: DataGenerator, seed: int, per_template: int, dialogues: i
 
     if independent and gen.facts.name == BUSINESS:
         sets["independent"] = independent_examples(gen)
-        for asr in ("whisper-tiny.en", "pocketsphinx-domain", "whisper-base"):  # when cached
+        from diffvoice.engine.train.asr_augment import RECOGNISERS
+
+        for asr in RECOGNISERS:  # those whose rows are cached
             spoken = spoken_examples(gen, asr=asr)
             if spoken:
                 sets[f"spoken:{asr}"] = spoken
