@@ -17,6 +17,8 @@ def test_prompts_come_from_the_fact_sheet():
     p = whisper_prompt.prompts()
     assert p["none"] == "" and p["domain"] == domain_prompt()
     assert p["domain"].startswith(p["names"]) and "Do you take insurance?" in p["domain"]
+    # written as a transcript would be: Whisper copies the prompt's style
+    assert "What do I do in a dental emergency?" in p["domain"] and " i " not in p["domain"]
 
 
 def test_a_small_run_writes_its_report(tmp_path, monkeypatch):

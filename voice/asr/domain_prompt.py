@@ -10,15 +10,18 @@ ins"). The prompt is built from the fact sheet alone, never from evaluation data
 
 the business name and kind, every service's name, and the first example question of every FAQ
 entry. Chosen on the training questions spoken by the training voices (engine/train/asr_train
-.jsonl's sentences and voices, 120 of them, Whisper tiny.en): WER 36.3% without a prompt,
-33.5% with names and services, 32.0% with the FAQ questions too (latency_bench/whisper_prompt.py
-reproduces it). Knows nothing about audio or pipecat.
+.jsonl's sentences and voices, 120 of them, Whisper tiny.en, the served pass): WER 36.3% without
+a prompt, 33.5% with names and services, 32.7% with the FAQ questions too; on the independent
+set 35.0% -> 31.1% (python -m diffvoice.latency_bench.whisper_prompt, docs/voice.md "Domain
+prompt"). Knows nothing about audio or pipecat.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+_PRONOUN_I = re.compile(r"\bi\b(?=$|[\s'])")
 MAX_PROMPT_TOKENS = 120  # Whisper's previous-text context holds up to 223; shorter decodes faster
 
 
@@ -30,4 +33,7 @@ def domain_prompt(facts_path: str | Path | None = None) -> str:
     services = ", ".join(s.name for s in facts.services)
     head = f"{facts.name}, {facts.kind}: {services}." if services else f"{facts.name}."
     questions = [item.questions[0] for item in facts.faq if item.questions]
-    return " ".join([head, *(q[:1].upper() + q[1:].rstrip("?. ") + "?" for q in questions)])
+    # as a transcript writes them (Whisper copies the prompt's style: "what do i do" in the
+    # prompt gave transcripts "Can i just show up ...")
+    sentences = [_PRONOUN_I.sub("I", q[:1].upper() + q[1:].rstrip("?. ") + "?") for q in questions]
+    return " ".join([head, *sentences])
