@@ -110,7 +110,7 @@ class ClarifyGuard:
         return decoding == "fast" or bool(getattr(params, "tools", ()))
 
     async def _careful(self, retry: Callable[[], AsyncIterator[Any]], raw: str,
-                       messages: list[dict] | None, first_block: bool, record: ClarifyRecord
+                       messages: list[dict] | None, record: ClarifyRecord
                        ) -> tuple[Any, str] | None:
         """(the retry's last delta, its text as said) when the careful retry of the blended
         `raw` may be said instead (see the module docstring), else None."""
@@ -128,9 +128,10 @@ class ClarifyGuard:
         if self.is_flow_reply is not None and messages:
             text, how = ground(text, messages, self.is_flow_reply, self.result_reply,
                                self.next_question)
+        # the retry is always "fast"-decoded (Engine.careful_params), which the threshold is
+        # calibrated for: its first block is tested whatever the first decode's decoding was
         conf = getattr(last, "first_block_confidence", None)
-        if not self.is_well_formed(text) or (first_block and conf is not None
-                                             and conf < self.threshold):
+        if not self.is_well_formed(text) or (conf is not None and conf < self.threshold):
             return None
         record.retried, record.grounding = True, how
         return last, text
@@ -178,7 +179,7 @@ class ClarifyGuard:
                     text = grounded
                 if not self.is_well_formed(text):
                     again = None if retry is None else await self._careful(
-                        retry, raw, messages, first_block, record)
+                        retry, raw, messages, record)
                     if again is None:
                         yield self._clarified(delta, record, "not_well_formed", question)
                         return

@@ -117,6 +117,10 @@ async def test_careful_retry_of_a_blend():
     out2, _, _ = await _collect(streaming, blend, retry=retry_with(sure))
     assert out2 == blend and len(started) == 1 + len(cases)  # neither was retried
     assert [d.text for d in out] == ["A crown is 900 dollars."] and not rec.retried
+    # the retry is "fast"-decoded: its first block is tested even when the first decode's was not
+    out, _, rec = await _collect(held, blend, first_block=False, retry=retry_with(
+        _deltas(["A crown is 900 dollars."], 0.3)))
+    assert [d.text for d in out] == [CLARIFY] and not rec.retried
 
 
 def _after(name, args, result):
