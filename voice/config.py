@@ -60,10 +60,11 @@ class ServeConfig(SessionLimits):
     )
     asr: str = field(default="auto", metadata=_help(f"speech recognizer: {ASR_CHOICES_HELP}"))
     asr_prompt: str = field(
-        default="auto",
+        default="off",
         metadata=_help(
-            "whisper decoding prompt: auto (the receptionist's domain words from the model's "
-            "facts.yaml, when it has one), off, or the prompt text itself"
+            "whisper decoding prompt: off (default), auto (the receptionist's domain words from "
+            "the model's facts.yaml, when it has one; docs/voice.md 'Domain prompt'), or the "
+            "prompt text itself"
         ),
     )
     tts: str = field(default="espeak", metadata=_help("speech synthesizer: espeak, kokoro, piper"))

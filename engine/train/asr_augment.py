@@ -9,7 +9,7 @@ Training never runs ASR: it reads the committed cache (`load_cache`). This modul
       (the same questions and voices through Whisper base, the `whisper-base` extra)
   python -m diffvoice.engine.train.asr_augment independent --append \
       --asr whisper-tiny.en+domain-prompt whisper-base+domain-prompt
-      (the same, with Whisper primed by the fact sheet's domain prompt, as served)
+      (the same, with Whisper primed by the fact sheet's domain prompt: serve --asr-prompt auto)
 
 `train`: N single-turn training questions of the default fact sheet (training templates only, plus
 booking openers without caller names) are each spoken by one random TRAIN_VOICES voice at a random
@@ -70,7 +70,7 @@ def speak(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
 
 SHIPPED = ("whisper-tiny.en", "pocketsphinx-domain")  # the recognisers every install has
 # whisper-base: the `whisper-base` extra; "+domain-prompt": the same Whisper primed with the fact
-# sheet's domain prompt (voice.asr.domain_prompt), as `diffvoice serve` decodes by default
+# sheet's domain prompt (voice.asr.domain_prompt), as `diffvoice serve --asr-prompt auto` decodes
 PROMPTED = "+domain-prompt"
 RECOGNISERS = (*SHIPPED, "whisper-base", "whisper-tiny.en" + PROMPTED, "whisper-base" + PROMPTED)
 

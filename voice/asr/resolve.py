@@ -16,9 +16,9 @@ directory (must hold model.bin and tokenizer.json, else faster-whisper would go 
 questions of `facts_path`, see voice.asr.pocketsphinx_lm) or "pocketsphinx-general" (its bundled
 general English LM). Whenever no whisper model resolves, falls back to "pocketsphinx" with a
 warning; it never raises for a missing model.
-`asr_prompt` (whisper): "auto" primes the decoder with the receptionist's domain prompt when a
-fact sheet is given (voice.asr.domain_prompt; the name gains "+domain-prompt"), "off" never,
-any other text is the prompt itself.
+`asr_prompt` (whisper): "off" (the default) decodes without a prompt, "auto" primes the decoder
+with the receptionist's domain prompt when a fact sheet is given (voice.asr.domain_prompt; the
+name gains "+domain-prompt"), any other text is the prompt itself.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def whisper_prompt(asr_prompt: str, facts_path: str | Path | None) -> str:
 
 def resolve_asr(
     spec: str, device: str = "auto", *, facts_path: str | Path | None = None,
-    asr_prompt: str = "auto", **whisper_options
+    asr_prompt: str = "off", **whisper_options
 ) -> AsrBackend:
     if spec in ("pocketsphinx", "pocketsphinx-general"):
         return load_pocketsphinx(domain_lm=spec == "pocketsphinx", facts_path=facts_path)

@@ -17,23 +17,23 @@ from diffvoice.voice.transport import protocol
 
 def test_whisper_domain_prompt_from_the_fact_sheet(tmp_path):
     """--asr-prompt auto: a whisper backend for a model with a fact sheet decodes with that
-    sheet's domain prompt (its business name and services); off or no sheet: none."""
+    sheet's domain prompt (its business name and services); off (the default) or no sheet: none."""
     from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH
     from diffvoice.voice.asr.resolve import whisper_prompt
 
     sheet = tmp_path / "facts.yaml"
     sheet.write_text(DEFAULT_FACTS_PATH.read_text().replace("Bluebird Dental", "Harbor Smiles"))
-    backend = resolve_asr(str(TINY_WHISPER), "cpu", facts_path=sheet)
+    backend = resolve_asr(str(TINY_WHISPER), "cpu", facts_path=sheet, asr_prompt="auto")
     runner = backend.make_service()._runner
     assert backend.name == "whisper:whisper-tiny-random+domain-prompt"
     assert runner.options.prompt.startswith("Harbor Smiles, dental clinic: cleanings")
     assert runner._prompt[0] == runner._tokenizer.sot_prev and runner._context > 10
-    off = resolve_asr(str(TINY_WHISPER), "cpu", facts_path=sheet, asr_prompt="off")
+    off = resolve_asr(str(TINY_WHISPER), "cpu", facts_path=sheet)  # off by default
     assert off.name == "whisper:whisper-tiny-random" and off.make_service()._runner._context == 0
     assert whisper_prompt("auto", None) == "" and whisper_prompt(" my words ", sheet) == "my words"
     broken = tmp_path / "broken.yaml"
     broken.write_text("business: [")
-    backend = resolve_asr(str(TINY_WHISPER), "cpu", facts_path=broken)
+    backend = resolve_asr(str(TINY_WHISPER), "cpu", facts_path=broken, asr_prompt="auto")
     assert backend.name == "whisper:whisper-tiny-random" and "prompt unavailable" in \
         backend.warnings[0]
 
