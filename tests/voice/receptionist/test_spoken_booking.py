@@ -50,8 +50,12 @@ def server(tmp_path_factory):
     from diffvoice.voice.state import AppState
 
     db = tmp_path_factory.mktemp("book") / "appointments.sqlite3"
+    # DIFFVOICE_TEST_ASR_PROMPT=auto runs the same calls with Whisper's domain prompt on
+    prompt = {"asr_prompt": os.environ["DIFFVOICE_TEST_ASR_PROMPT"]} \
+        if os.environ.get("DIFFVOICE_TEST_ASR_PROMPT") else {}
     config = ServeConfig(port=0, model=str(MODEL), asr="whisper-tiny.en", device="cpu",
-                         stop_secs=0.5, receptionist_tools="on", appointments_db=str(db))
+                         stop_secs=0.5, receptionist_tools="on", appointments_db=str(db),
+                         **prompt)
     engine = Engine.from_pretrained(MODEL, EngineConfig(device="cpu", max_running=4))
     engine.warmup()
     state = AppState.create(config, engine)
@@ -95,11 +99,13 @@ FOLLOW_UPS = {"name": "my name is {name}", "time": "at ten in the morning please
               "day": "friday at ten in the morning"}
 
 
-async def _dialogue(live, speech, db, name: str, max_turns: int = 5) -> list[str]:
+async def _dialogue(live, speech, db, name: str, max_turns: int = 8) -> list[str]:
     """Ask for the slot, then answer the bot's slot-filling questions (name, day, time); asked
     something else (the clarifying question, or an answer that asks nothing), say the request
     again, as a caller would. On a loaded machine the turn may end at the pause after "friday"
-    (the bot then asks for the time), which this also covers."""
+    (the bot then asks for the time), which this also covers. Up to 8 turns: a request split
+    at that pause and a misheard answer took 5 turns and more in runs of 2026-12-03, the
+    booking then one turn from done."""
     turns = []
     before = len(_rows(db))
     async with connect(live.ws_url, config={"stop_secs": 0.5}) as (ws, call, _done):
@@ -149,13 +155,31 @@ def _bot(turns: list[str]) -> str:
     return " ".join(t.rsplit("-> bot", 1)[-1] for t in turns).lower()
 
 
+def _refusals(results: list[tuple]) -> list[list[str]]:
+    """The times the book offered B instead of the taken Friday 10:00, in order: a refused
+    `book_appointment`'s alternatives, or a `check_availability` of Friday 10:00 that no longer
+    lists 10:00 (the model may check first when B has not said a name yet: name cues keep
+    `book_appointment` out of the request until one is given; which comes first depends on
+    what Whisper heard of B's streamed request, so both are B being refused)."""
+    out = []
+    for name, args, res in results:
+        if name == "book_appointment" and res.get("booked") is False:
+            out.append(res["alternatives"])
+        elif (name == "check_availability" and (args.get("day"), args.get("time")) ==
+              ("friday", "10:00") and res.get("available") and "10:00" not in res["available"]):
+            out.append(res["available"])
+    return out
+
+
 # Was xfail (intermittent: the name slot copied "they"; Whisper heard "10 am please" as "Can I am
 # please?"). Since 2026-12-03 a name is copied only where one was given (context.py name cues)
-# and the follow-ups are phrasings Whisper tiny.en hears right: passed 4 of 4 runs here.
+# and the follow-ups are phrasings Whisper tiny.en hears right. Until 2026-12-03 (evening) B's
+# refusal had to come from `book_appointment`; 1 of 3 runs with the ASR defaults failed because
+# the model first checked availability (B had not said a name), which is B refused as well.
 def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_callers):
     """What the callers get done: A's booking is in SQLite and confirmed aloud; B's request for
-    the same slot books nothing: the book refuses it and hands the model other times (what B
-    then hears is checked below)."""
+    the same slot books nothing: the book refuses it (a refused booking or an availability check
+    without 10:00) and hands the model other times (what B then hears is checked below)."""
     live, db = server
     a, b, results = two_callers
     rows = _rows(db)
@@ -165,9 +189,10 @@ def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_
     bookings = [(args, res) for name, args, res in results if name == "book_appointment"]
     assert bookings[0] == ({"service": "cleanings", "day": "friday", "time": "10:00",
                             "name": "sam jones"}, {"booked": True}), results
-    # B asked for the same slot: refused by the book (a transaction), alternatives offered
-    # (B may ask twice: after a clarifying question the caller repeats the request)
-    assert len(bookings) >= 2, results
+    # B asked for the same slot: refused by the book, alternatives offered (B may ask twice:
+    # after a clarifying question the caller repeats the request)
+    first_b = results.index(("book_appointment", bookings[0][0], bookings[0][1])) + 1
+    assert _refusals(results[first_b:]), (b, results)
     for args, res in bookings[1:]:
         assert (args["day"], args["time"]) == ("friday", "10:00"), results
         assert res["booked"] is False and res["alternatives"], results
@@ -185,7 +210,5 @@ def test_spoken_confirmation_and_offers_state_the_right_times(two_callers):
 
     a, b, results = two_callers
     assert "friday at 10 am" in _bot(a[-1:]), a  # the day and the time the book holds
-    refused = [res for name, _, res in results if name == "book_appointment"
-               and res.get("booked") is False]
-    offered = [spoken_time(t) for t in refused[0]["alternatives"]]
-    assert all(t in _bot(b) for t in offered), (b, offered)
+    offered = [spoken_time(t) for t in _refusals(results)[0]]
+    assert offered and all(t in _bot(b) for t in offered), (b, offered)
