@@ -4,12 +4,17 @@ Training never runs ASR: it reads the committed cache (`load_cache`). This modul
 
   python -m diffvoice.engine.train.asr_augment train --out engine/train/asr_train.jsonl --n 700
   (--append adds the questions of another --seed to an existing cache)
+  python -m diffvoice.engine.train.asr_augment train --append --seed 8 --n 300 --tts kokoro
+      (questions of another seed spoken by the natural Kokoro voices TRAIN_KOKORO_VOICES)
   python -m diffvoice.engine.train.asr_augment independent --out engine/train/independent_asr.jsonl
   python -m diffvoice.engine.train.asr_augment independent --append --asr whisper-base
       (the same questions and voices through Whisper base, the `whisper-base` extra)
   python -m diffvoice.engine.train.asr_augment independent --append \
       --asr whisper-tiny.en+domain-prompt whisper-base+domain-prompt
       (the same, with Whisper primed by the fact sheet's domain prompt: serve --asr-prompt auto)
+  python -m diffvoice.engine.train.asr_augment independent --append --tts kokoro --asr ...
+      (the same questions spoken by the natural Kokoro voices EVAL_KOKORO_VOICES, the `kokoro`
+      extra; rows carry "tts": "kokoro", espeak rows no "tts" key)
 
 `train`: N single-turn training questions of the default fact sheet (training templates only, plus
 booking openers without caller names) are each spoken by one random TRAIN_VOICES voice at a random
@@ -46,6 +51,13 @@ TRAIN_VOICES = (("en-us", (150, 165, 180), (40, 50, 60)), ("en-gb", (150, 170), 
                 ("en-gb-x-gbcwmd+f4", (155, 170), (55, 65)), ("en-us+m7", (160, 185), (40, 50)),
                 ("en-029+f1", (150, 170), (55, 65)))
 EVAL_VOICES = (("en-gb-scotland+f2", 140, 60), ("en-us-nyc+m5", 190, 45))
+# The natural voice (`--tts kokoro`, the `kokoro` extra): Kokoro-82M voices (name, speed x100),
+# spoken through kokoro-onnx as `diffvoice serve --tts kokoro` speaks; training never uses them
+EVAL_KOKORO_VOICES = (("jm_kumo", 100), ("jf_gongitsune", 115))
+# training rows spoken by Kokoro (`train --tts kokoro`): the other three voices, (name, speeds)
+TRAIN_KOKORO_VOICES = (("jf_alpha", (90, 105, 120)), ("jf_nezumi", (95, 110)),
+                       ("jf_tebukuro", (100, 125)))
+TTS = ("espeak", "kokoro")
 
 
 def load_cache(path: str | Path = TRAIN_CACHE) -> list[dict]:
@@ -66,6 +78,18 @@ def speak(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
     audio = np.interp(np.linspace(0, len(audio) - 1, n_out), np.arange(len(audio)), audio)
     pad = np.zeros(3200, dtype=np.float32)  # 0.2 s of silence around, as a VAD segment has
     return np.concatenate([pad, audio.astype(np.float32), pad])
+
+
+def speak_kokoro(text: str, voice: str, speed: int) -> np.ndarray:
+    """Kokoro-82M (voice.tts.kokoro_model, the packaged int8 voice) -> float32 mono 16 kHz."""
+    import soxr
+
+    from diffvoice.voice.tts.kokoro_model import shared_kokoro
+
+    audio, sr = shared_kokoro().create(text, voice=voice, speed=speed / 100, lang="en-us")
+    audio = soxr.resample(np.asarray(audio, dtype=np.float32), sr, 16000).astype(np.float32)
+    pad = np.zeros(3200, dtype=np.float32)
+    return np.concatenate([pad, audio, pad])
 
 
 SHIPPED = ("whisper-tiny.en", "pocketsphinx-domain")  # the recognisers every install has
@@ -155,7 +179,7 @@ def train_questions(n: int, seed: int) -> list[dict]:
 
 
 def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices: bool,
-          append: bool = False, asr: tuple[str, ...] = SHIPPED) -> None:
+          append: bool = False, asr: tuple[str, ...] = SHIPPED, tts: str = "espeak") -> None:
     recog = Recognisers(asr)
     t0 = time.perf_counter()
     with out.open("a" if append else "w", encoding="utf-8") as f:
@@ -166,10 +190,16 @@ def build(records: list[dict], voices, out: Path, rng: random.Random, all_voices
                 voice, rates, pitches = rng.choice(voices)
                 configs = [(voice, rng.choice(rates), rng.choice(pitches))]
             for voice, rate, pitch in configs:
-                heard = recog(speak(rec["said"], voice, rate, pitch))
+                if tts == "kokoro":
+                    heard = recog(speak_kokoro(rec["said"], voice, rate))
+                    extra = {"tts": "kokoro"}
+                else:
+                    heard = recog(speak(rec["said"], voice, rate, pitch))
+                    extra = {}  # espeak rows carry no "tts" key (the older cache's form)
                 for asr, text in heard.items():
                     f.write(json.dumps({**rec, "heard": text, "asr": asr, "voice": voice,
-                                        "rate": rate, "pitch": pitch}, ensure_ascii=False) + "\n")
+                                        "rate": rate, "pitch": pitch, **extra},
+                                       ensure_ascii=False) + "\n")
             f.flush()
             if i % 50 == 0:
                 print(f"{i}/{len(records)} {time.perf_counter() - t0:.0f}s", file=sys.stderr,
@@ -186,24 +216,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="speak only questions missing from --out and append them")
     parser.add_argument("--asr", nargs="+", choices=RECOGNISERS, default=list(SHIPPED),
                         help="recognisers to run (independent: whisper-base needs the extra)")
+    parser.add_argument("--tts", choices=TTS, default="espeak",
+                        help="the voices that speak (kokoro: TRAIN_KOKORO_VOICES / "
+                             "EVAL_KOKORO_VOICES, the `kokoro` extra)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     if args.which == "train":
         out = args.out or TRAIN_CACHE
         done = {r["said"].lower() for r in load_cache(out)} if args.append else set()
         records = [r for r in train_questions(args.n, args.seed) if r["said"].lower() not in done]
-        build(records, TRAIN_VOICES, out, rng, all_voices=False, append=args.append,
-              asr=tuple(args.asr))
+        voices = TRAIN_VOICES if args.tts == "espeak" else \
+            tuple((v, speeds, (None,)) for v, speeds in TRAIN_KOKORO_VOICES)
+        build(records, voices, out, rng, all_voices=False, append=args.append,
+              asr=tuple(args.asr), tts=args.tts)
     else:
         from diffvoice.engine.train.independent import load_independent
 
         out = args.out or INDEPENDENT_CACHE
         asr = tuple(args.asr)
-        done = {(r["id"], r["said"]) for r in load_cache(out) if r["asr"] in asr} \
-            if args.append else set()
+        done = {(r["id"], r["said"]) for r in load_cache(out)
+                if r["asr"] in asr and r.get("tts", "espeak") == args.tts} if args.append else set()
         records = [{"id": q["id"], "said": q["q"]} for q in load_independent()
                    if not q.get("history") and (q["id"], q["q"]) not in done]
-        build(records, EVAL_VOICES, out, rng, all_voices=True, append=args.append, asr=asr)
+        voices = EVAL_VOICES if args.tts == "espeak" else \
+            tuple((v, speed, None) for v, speed in EVAL_KOKORO_VOICES)
+        build(records, voices, out, rng, all_voices=True, append=args.append, asr=asr,
+              tts=args.tts)
     return 0
 
 

@@ -102,8 +102,15 @@ FOLLOW_DURATION = {"train": ["how long does that take", "how long is it", "and h
 FOLLOW_OTHER = {"train": ["and {x}", "what about {x}", "how about {x}", "and for {x}",
                           "and {x} then"],
                 "heldout": ["ok and {x}", "then {x}"]}
+# v4 (2026-12-03): more ways to say "book it" (the v3 model answered the previous question
+# again for any phrasing outside its five); the held-out phrasing stays unseen
 FOLLOW_BOOK = {"train": ["can i book that", "i'd like to book that", "book me in for that",
-                         "can i come in then", "can i get that"],
+                         "can i come in then", "can i get that", "i'll take it", "let's do that",
+                         "book it", "go ahead and book it please", "put me down for that",
+                         "i want to book one", "ok can you schedule me", "reserve that for me",
+                         "great i'd like an appointment", "count me in", "get me in for that",
+                         "yes please make the appointment", "perfect book me",
+                         "can you set that up for me", "i'd like to come in for that"],
                "heldout": ["sign me up"]}
 
 

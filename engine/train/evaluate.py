@@ -6,7 +6,10 @@ Question sets (each Example carries its chat messages: history, question, tool r
                caller names (DataGenerator.dialogue_eval_set)
   independent  the hand-written independent set (engine/train/independent_eval.yaml), text
   spoken       the same questions spoken by espeak voices never used in training and recognised
-               by Whisper tiny.en and pocketsphinx (engine/train/independent_asr.jsonl)
+               by Whisper tiny.en and pocketsphinx (engine/train/independent_asr.jsonl), and by
+               Whisper base and with the domain prompt where those rows are cached
+  spoken-kokoro  the same, spoken by the natural Kokoro voices (asr_augment EVAL_KOKORO_VOICES;
+               no training row is Kokoro-spoken)
 (independent/spoken only for the default fact sheet they were written for.)
 Scoring of one reply:
   correct      fact / small talk / follow-up: the normalized reply contains every fact value;
@@ -289,10 +292,11 @@ def question_sets(gen: DataGenerator, seed: int, per_template: int, dialogues: i
         sets["independent"] = independent_examples(gen)
         from diffvoice.engine.train.asr_augment import RECOGNISERS
 
-        for asr in RECOGNISERS:  # those whose rows are cached
-            spoken = spoken_examples(gen, asr=asr)
-            if spoken:
-                sets[f"spoken:{asr}"] = spoken
+        for tts, prefix in (("espeak", "spoken"), ("kokoro", "spoken-kokoro")):
+            for asr in RECOGNISERS:  # those whose rows are cached
+                spoken = spoken_examples(gen, asr=asr, tts=tts)
+                if spoken:
+                    sets[f"{prefix}:{asr}"] = spoken
     return sets
 
 

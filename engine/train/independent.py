@@ -63,8 +63,9 @@ def independent_examples(gen: DataGenerator) -> list[Example]:
 
 
 def spoken_examples(gen: DataGenerator, path: str | Path = INDEPENDENT_ASR_PATH,
-                    asr: str | None = None) -> list[Example]:
-    """One Example per (question, voice, recogniser) line of the cache, `asr` to pick one."""
+                    asr: str | None = None, tts: str = "espeak") -> list[Example]:
+    """One Example per (question, voice, recogniser) line of the cache, `asr` to pick one,
+    `tts` the voices that spoke ("espeak", or "kokoro": the natural voice)."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -72,7 +73,7 @@ def spoken_examples(gen: DataGenerator, path: str | Path = INDEPENDENT_ASR_PATH,
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        if asr and rec["asr"] != asr:
+        if (asr and rec["asr"] != asr) or rec.get("tts", "espeak") != tts:
             continue
         item = items.get(rec["id"])
         if item is None or item["q"] != rec["said"]:

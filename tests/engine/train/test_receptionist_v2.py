@@ -200,15 +200,20 @@ def test_independent_set_is_big_varied_and_never_in_training(gen):
 def test_every_recogniser_heard_the_same_spoken_questions(gen):
     """The spoken independent set: each recogniser's rows cover the same (question, voice)
     pairs, so their accuracies compare (whisper-base rows come from the extra, appended by
-    `asr_augment independent --append --asr whisper-base`)."""
+    `asr_augment independent --append --asr whisper-base`), for the espeak voices and for the
+    natural Kokoro voices alike."""
     from diffvoice.engine.train.asr_augment import RECOGNISERS, Recognisers
     from diffvoice.engine.train.independent import spoken_examples
 
-    pairs = {asr: {ex.template.rsplit(":", 1)[0] for ex in spoken_examples(gen, asr=asr)}
-             for asr in RECOGNISERS}
-    assert pairs["whisper-tiny.en"] and all(p == pairs["whisper-tiny.en"]
-                                            for p in pairs.values() if p), \
-        {k: len(v) for k, v in pairs.items()}
+    for tts in ("espeak", "kokoro"):  # kokoro: the natural voices' rows
+        pairs = {asr: {ex.template.rsplit(":", 1)[0]
+                       for ex in spoken_examples(gen, asr=asr, tts=tts)} for asr in RECOGNISERS}
+        assert pairs["whisper-tiny.en"] and all(p == pairs["whisper-tiny.en"]
+                                                for p in pairs.values() if p), \
+            (tts, {k: len(v) for k, v in pairs.items()})
+    espeak_voices = {ex.template.split(":")[2] for ex in spoken_examples(gen)}
+    kokoro_voices = {ex.template.split(":")[2] for ex in spoken_examples(gen, tts="kokoro")}
+    assert espeak_voices and kokoro_voices and not espeak_voices & kokoro_voices
     with pytest.raises(ValueError, match="unknown recogniser"):
         Recognisers(("whisper-large",))
 
@@ -296,3 +301,28 @@ def test_engine_reports_first_block_confidence(tmp_path):
     confs = [d.first_block_confidence for d in deltas if d.first_block_confidence is not None]
     assert confs and all(0.0 < c <= 1.0 for c in confs)
     assert len(set(confs)) == 1  # fixed once the first block is done
+
+
+def test_evaluation_voices_never_spoke_training_data():
+    """The spoken independent set is heard in voices training never heard: the espeak and
+    Kokoro evaluation voices are absent from the training ASR cache, whose rows use only the
+    declared training voices, and the cached evaluation rows only the evaluation voices."""
+    from diffvoice.engine.train.asr_augment import (
+        EVAL_KOKORO_VOICES,
+        EVAL_VOICES,
+        INDEPENDENT_CACHE,
+        TRAIN_CACHE,
+        TRAIN_KOKORO_VOICES,
+        TRAIN_VOICES,
+        load_cache,
+    )
+
+    eval_espeak = {v for v, _, _ in EVAL_VOICES}
+    eval_kokoro = {v for v, _ in EVAL_KOKORO_VOICES}
+    train_voices = {v for v, _, _ in TRAIN_VOICES} | {v for v, _ in TRAIN_KOKORO_VOICES}
+    assert not (eval_espeak | eval_kokoro) & train_voices
+    train_rows = load_cache(TRAIN_CACHE)
+    assert train_rows and {r["voice"] for r in train_rows} <= train_voices
+    for r in load_cache(INDEPENDENT_CACHE):
+        declared = eval_kokoro if r.get("tts") == "kokoro" else eval_espeak
+        assert r["voice"] in declared, r
