@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import random
 import statistics
 import sys
@@ -26,12 +28,9 @@ from pathlib import Path
 
 
 def prompts(facts_path=None) -> dict[str, str]:
-    from diffvoice.engine.train.facts import load_facts
-    from diffvoice.voice.asr.domain_prompt import domain_prompt
+    from diffvoice.voice.asr.domain_prompt import domain_prompt, names_prompt
 
-    facts = load_facts(facts_path) if facts_path else load_facts()
-    names = f"{facts.name}, {facts.kind}: " + ", ".join(s.name for s in facts.services) + "."
-    return {"none": "", "names": names, "domain": domain_prompt(facts_path)}
+    return {"none": "", "names": names_prompt(facts_path), "domain": domain_prompt(facts_path)}
 
 
 def utterances(which: str, n: int, seed: int) -> list[tuple[str, str, int, int]]:
@@ -63,9 +62,6 @@ def main(argv: list[str] | None = None) -> int:
 
     variants = prompts()
     items = utterances(args.set, args.n, args.seed)
-    import os
-    import platform
-
     report: dict = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": "python -m diffvoice.latency_bench.whisper_prompt " + " ".join(

@@ -76,7 +76,12 @@ def speak(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
     audio = np.frombuffer(frames, dtype=np.int16).astype(np.float32) / 32768.0
     n_out = int(len(audio) * 16000 / sr)
     audio = np.interp(np.linspace(0, len(audio) - 1, n_out), np.arange(len(audio)), audio)
-    pad = np.zeros(3200, dtype=np.float32)  # 0.2 s of silence around, as a VAD segment has
+    return _segment(audio)
+
+
+def _segment(audio: np.ndarray) -> np.ndarray:
+    """16 kHz speech with 0.2 s of silence around, as a VAD segment has."""
+    pad = np.zeros(3200, dtype=np.float32)
     return np.concatenate([pad, audio.astype(np.float32), pad])
 
 
@@ -87,9 +92,7 @@ def speak_kokoro(text: str, voice: str, speed: int) -> np.ndarray:
     from diffvoice.voice.tts.kokoro_model import shared_kokoro
 
     audio, sr = shared_kokoro().create(text, voice=voice, speed=speed / 100, lang="en-us")
-    audio = soxr.resample(np.asarray(audio, dtype=np.float32), sr, 16000).astype(np.float32)
-    pad = np.zeros(3200, dtype=np.float32)
-    return np.concatenate([pad, audio, pad])
+    return _segment(soxr.resample(np.asarray(audio, dtype=np.float32), sr, 16000))
 
 
 SHIPPED = ("whisper-tiny.en", "pocketsphinx-domain")  # the recognisers every install has

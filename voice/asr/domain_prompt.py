@@ -22,16 +22,28 @@ import re
 from pathlib import Path
 
 _PRONOUN_I = re.compile(r"\bi\b(?=$|[\s'])")
-MAX_PROMPT_TOKENS = 120  # Whisper's previous-text context holds up to 223; shorter decodes faster
+
+
+def _facts(facts_path: str | Path | None):
+    from diffvoice.engine.train.facts import load_facts
+
+    return load_facts(facts_path) if facts_path else load_facts()
+
+
+def names_prompt(facts_path: str | Path | None = None) -> str:
+    """The domain prompt's first sentence: business name, kind and every service's name."""
+    return _names(_facts(facts_path))
+
+
+def _names(facts) -> str:
+    services = ", ".join(s.name for s in facts.services)
+    return f"{facts.name}, {facts.kind}: {services}." if services else f"{facts.name}."
 
 
 def domain_prompt(facts_path: str | Path | None = None) -> str:
     """The prompt for the receptionist of `facts_path` (None: the default fact sheet)."""
-    from diffvoice.engine.train.facts import load_facts
-
-    facts = load_facts(facts_path) if facts_path else load_facts()
-    services = ", ".join(s.name for s in facts.services)
-    head = f"{facts.name}, {facts.kind}: {services}." if services else f"{facts.name}."
+    facts = _facts(facts_path)
+    head = _names(facts)
     questions = [item.questions[0] for item in facts.faq if item.questions]
     # as a transcript writes them (Whisper copies the prompt's style: "what do i do" in the
     # prompt gave transcripts "Can i just show up ...")

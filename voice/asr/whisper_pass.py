@@ -36,6 +36,9 @@ import numpy as np
 SAMPLE_RATE = 16000
 FRAMES_PER_SEC = 100  # Whisper's log-mel hop is 10 ms
 FULL_WINDOW_FRAMES = 3000  # 30 s
+# a prompt's last tokens kept: Whisper's previous-text context holds up to 223; shorter decodes
+# faster
+MAX_PROMPT_TOKENS = 120
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,6 @@ class WhisperPassRunner:
         )
         context: list[int] = []
         if self.options.prompt.strip():
-            from diffvoice.voice.asr.domain_prompt import MAX_PROMPT_TOKENS
-
             words = self._tokenizer.encode(" " + self.options.prompt.strip())
             context = [self._tokenizer.sot_prev, *words[-MAX_PROMPT_TOKENS:]]
         self._context = len(context)  # prompt tokens before the start of transcript
