@@ -27,6 +27,7 @@ from diffvoice.engine.train.evaluate import (
     markdown_table,
 )
 from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
+from diffvoice.engine.train.paraphrase import INTENT_THRESHOLD
 from diffvoice.engine.train.trainer import TrainConfig, train
 
 _HELP = {
@@ -163,6 +164,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                              "this cosine-similar (all-MiniLM-L6-v2) to a training question "
                              "with a fact / small-talk answer is asked as that question "
                              "(engine.train.paraphrase; default %(default)s; 1.01 = off)")
+    parser.add_argument("--intent-snap", type=float, default=INTENT_THRESHOLD,
+                        metavar="PROBABILITY",
+                        help="intent snapping as served (with --paraphrase): a first message "
+                             "whose intent the intent head gives at least this probability is "
+                             "asked as the most similar training question of that intent with "
+                             "the same service and day; a later turn stating no value as the "
+                             "training follow-up of its intent (default %(default)s; 1.01 = off)")
     parser.add_argument("--grounding", action=argparse.BooleanOptionalAction, default=True,
                         help="mend a booking-flow reply that restates a time or day nobody "
                              "said, as served (engine.train.grounding)")
@@ -174,9 +182,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     if (not 0 <= args.clarify_below <= 1 or args.dialogues < 0 or args.episodes < 0
-            or not 0 <= args.paraphrase):
+            or not 0 <= args.paraphrase or not 0 <= args.intent_snap):
         print("diffvoice eval-model: error: --clarify-below must be in [0, 1], --paraphrase "
-              ">= 0, --dialogues and --episodes >= 0", file=sys.stderr)
+              "and --intent-snap >= 0, --dialogues and --episodes >= 0", file=sys.stderr)
         return 2
     if args.per_template < 1 or args.concurrency < 1 or (args.limit is not None and args.limit < 1):
         print("diffvoice eval-model: error: --per-template, --concurrency and --limit must be >= 1",
@@ -188,7 +196,7 @@ def run_eval(args: argparse.Namespace) -> int:
                           args.chitchat, args.threads, args.dialogues, args.independent,
                           args.clarify_below, tuple(args.paths), args.episodes,
                           None if args.paraphrase > 1 else args.paraphrase, args.grounding,
-                          args.retry)
+                          args.retry, None if args.intent_snap > 1 else args.intent_snap)
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2

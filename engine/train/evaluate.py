@@ -62,6 +62,7 @@ from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, served
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
 from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
+from diffvoice.engine.train.paraphrase import INTENT_THRESHOLD
 from diffvoice.engine.train.tool_schemas import parse_tool_call, tool_call_text
 
 DEFAULT_SETTINGS = ("low_confidence:4",)
@@ -308,11 +309,12 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              clarify_below: float = DEFAULT_THRESHOLD,
              paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60,
              paraphrase: float | None = PARAPHRASE_THRESHOLD, grounding: bool = True,
-             retry: bool = True) -> dict:
+             retry: bool = True, intent_snap: float | None = INTENT_THRESHOLD) -> dict:
     """Run every setting over every question set; returns a JSON-able report. `paraphrase`:
     the snapping threshold as served (engine.train.paraphrase), None = the model alone;
     `grounding`: mend restated values as served (engine.train.grounding); `retry`: the
-    clarify guard's careful retry of a blended reply, as served (engine.train.clarify)."""
+    clarify guard's careful retry of a blended reply, as served (engine.train.clarify);
+    `intent_snap`: the paraphrase snap's intent-head threshold as served, None = off."""
     import torch
 
     torch.set_num_threads(threads)
@@ -343,9 +345,11 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
         from diffvoice.engine.train.paraphrase import ParaphraseSnap
 
         engine.rewrite_messages = ParaphraseSnap.for_model(
-            model, facts_path, save=False, threshold=paraphrase).rewrite
+            model, facts_path, save=False, threshold=paraphrase,
+            intent_threshold=intent_snap).rewrite
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
                     "threads": threads, "clarify_below": clarify_below, "paraphrase": paraphrase,
+                    "intent_snap": intent_snap if paraphrase is not None else None,
                     "grounding": grounding, "retry": retry, "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
