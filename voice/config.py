@@ -197,6 +197,13 @@ class ServeConfig(SessionLimits):
         metadata=_help("cosine similarity at or above which paraphrase snapping swaps the "
                        "message for its nearest fact / small-talk training question"),
     )
+    paraphrase_intent: float = field(
+        default=0.5,
+        metadata=_help("intent snapping (with paraphrase snapping): the intent head's "
+                       "probability at or above which a message is heard as a training question "
+                       "of its intent with the same service and day, and a later turn naming no "
+                       "value as the training follow-up of its intent; above 1 = off"),
+    )
     workers: int = field(
         default=1,
         metadata=_help("server processes on this machine, all accepting on --port (engine + ASR "
@@ -244,10 +251,12 @@ class ServeConfig(SessionLimits):
         if self.clarify not in RECEPTIONIST_TOOLS or not 0 <= self.clarify_below <= 1:
             raise ValueError(f"clarify must be one of {RECEPTIONIST_TOOLS} and clarify_below in "
                              f"[0, 1], got {self.clarify!r} / {self.clarify_below!r}")
-        if self.paraphrase not in RECEPTIONIST_TOOLS or not 0 <= self.paraphrase_threshold <= 1:
-            raise ValueError(f"paraphrase must be one of {RECEPTIONIST_TOOLS} and "
-                             f"paraphrase_threshold in [0, 1], got {self.paraphrase!r} / "
-                             f"{self.paraphrase_threshold!r}")
+        if self.paraphrase not in RECEPTIONIST_TOOLS or not 0 <= self.paraphrase_threshold <= 1 \
+                or not 0 <= self.paraphrase_intent:
+            raise ValueError(f"paraphrase must be one of {RECEPTIONIST_TOOLS}, "
+                             f"paraphrase_threshold in [0, 1] and paraphrase_intent >= 0, got "
+                             f"{self.paraphrase!r} / {self.paraphrase_threshold!r} / "
+                             f"{self.paraphrase_intent!r}")
         if not self.host:
             raise ValueError("host must not be empty")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:

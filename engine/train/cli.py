@@ -67,6 +67,9 @@ _HELP = {
     "export_dtype": "dtype of model.safetensors",
     "resume": "resume from OUT/train_state.pt when present",
     "progress": "show a progress bar",
+    "verify_snaps": "at the end, decode every training question once and record those the model "
+                    "answers as trained (paraphrase_verified.json, ~2 min): paraphrase snapping "
+                    "prefers them (engine.train.verify_bank)",
 }
 
 
@@ -111,7 +114,8 @@ def training_summary(summary: dict, cfg: TrainConfig) -> str:
     return (f"\ntrained {summary['steps']} steps in {minutes:.1f} min (stopped at {stopped}), "
             f"final loss {summary['final_loss_ema']}, {summary['tokens_per_s']:.0f} tokens/s\n"
             f"model: {Path(cfg.out).resolve()} (config.json, model.safetensors, tokenizer, "
-            f"facts.yaml{', paraphrase bank' if summary.get('paraphrase_bank') else ''})\n"
+            f"facts.yaml{', paraphrase bank' if summary.get('paraphrase_bank') else ''}"
+            f"{', verified questions' if summary.get('paraphrase_verified') else ''})\n"
             f"evaluate: diffvoice eval-model --model {cfg.out}\n"
             f"try it:   diffvoice chat --model {cfg.out}\n"
             f"serve it: diffvoice serve --model {cfg.out}")

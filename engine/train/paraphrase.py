@@ -259,7 +259,8 @@ class ParaphraseSnap:
                  signature: Callable[[str], tuple] | None = None,
                  slot_answer: Callable[[list[dict]], str | None] | None = None,
                  intent_threshold: float | None = INTENT_THRESHOLD,
-                 service_words: dict[str, frozenset[str]] | None = None) -> None:
+                 service_words: dict[str, frozenset[str]] | None = None,
+                 verified: frozenset[int] | None = None) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"paraphrase threshold must be in [0, 1], got {threshold}")
         if intent_threshold is not None and not 0.0 <= intent_threshold <= 1.0:
@@ -278,6 +279,9 @@ class ParaphraseSnap:
         self.intent_threshold = intent_threshold if signature is not None else None
         # service -> the words of its fact-sheet aliases ("teeth", "whitening", ...)
         self.service_words = service_words or {}
+        # bank indices this model answers exactly as trained (engine.train.verify_bank): snaps
+        # prefer them among questions of the same intent, services and days; None: no record
+        self.verified = verified
         # openers by slot signature, the intents of openers that give a name, fact questions by
         # (intent, services, days) and the intent head: built once (~5 s on 2 cores) in a
         # thread; empty when that failed (no opener or intent snaps)
@@ -311,6 +315,7 @@ class ParaphraseSnap:
             self._named = frozenset(self.entries[i].intent for sig, ids in index.items()
                                     if sig[3] for i in ids)
             self._own_words = self._distinctive(sigs)
+            self._facts = facts
             self._by_signature = index
             if self.intent_threshold is not None:
                 self._prepare_intents(facts)
@@ -354,7 +359,6 @@ class ParaphraseSnap:
         # answers about one service or one day: what "book that" can follow in training
         self._service_replies = frozenset(e.reply for e in self.entries
                                           if e.intent in (*_PER_SERVICE, "hours_day"))
-        self._facts = facts
         self._head = head
 
     # ------------------------------------------------------------------ building / loading
@@ -408,6 +412,10 @@ class ParaphraseSnap:
         kw.setdefault("signature", slot_signature(sheet))
         kw.setdefault("slot_answer", slot_answer_reader(sheet))
         kw.setdefault("service_words", _service_words(sheet))
+        if "verified" not in kw:
+            from diffvoice.engine.train.verify_bank import load_verified
+
+            kw["verified"] = load_verified(model_dir, entries)
         snap = cls(entries, embeddings, encoder, **kw)
         if save and (built or not path.is_file()):
             try:
@@ -440,6 +448,12 @@ class ParaphraseSnap:
         best = int(torch.argmax(sims))
         sim, entry = float(sims[best]), self.entries[best]
         if entry.swap or self.signature is None:
+            if entry.swap and sim >= self.threshold and self.verified is not None \
+                    and best not in self.verified:  # one of its kind the model answers right
+                self._sig_ready.wait()
+                e_sig = self.signature(entry.text)
+                best = self._best(self._facts.get((head_label(entry), *e_sig[:2]), [best]), sims)
+                entry = self.entries[best]
             swapped = entry.swap and sim >= self.threshold \
                 and normalize(text) != normalize(entry.text)
             return Snap(entry.text if swapped else text, sim, entry.text, swapped)
@@ -477,6 +491,13 @@ class ParaphraseSnap:
         self._sig_ready.wait()
         return None if self._head is None else self._head.top(emb)
 
+    def _best(self, pick: list[int], sims: torch.Tensor) -> int:
+        """The most similar of `pick`, among those the model answers as trained when any."""
+        if self.verified is not None:
+            pick = [i for i in pick if i in self.verified] or pick
+        idx = torch.tensor(pick)
+        return pick[int(torch.argmax(sims[idx]))]
+
     def _named_otherwise(self, text: str, entry: BankEntry) -> bool:
         """`entry` names a service one of whose distinctive alias words the message says, maybe
         in another form ("teeth whitened" for teeth whitening, "my kid" for kids checkup): a
@@ -511,15 +532,18 @@ class ParaphraseSnap:
                 if self._named_otherwise(text, nearest):
                     if no_values:
                         return None
-                    swapped = normalize(text) != normalize(nearest.text)
-                    sim = float(sims[self.entries.index(nearest)])
-                    return Snap(nearest.text if swapped else text, sim, nearest.text, swapped)
+                    named = self.signature(nearest.text)[:2]
+                    i = self._best(self._facts.get((top[0], *named), []) or
+                                   [every[int(torch.argmax(sims[idx]))]], sims)
+                    entry = self.entries[i]
+                    swapped = normalize(text) != normalize(entry.text)
+                    return Snap(entry.text if swapped else text, float(sims[i]), entry.text,
+                                swapped)
         pick = self._facts.get((top[0], sig[0], sig[1]))
         if not pick:
             return None
-        idx = torch.tensor(pick)
-        j = int(torch.argmax(sims[idx]))
-        entry, sim = self.entries[pick[j]], float(sims[idx][j])
+        i = self._best(pick, sims)
+        entry, sim = self.entries[i], float(sims[i])
         swapped = normalize(text) != normalize(entry.text)
         return Snap(entry.text if swapped else text, sim, entry.text, swapped)
 

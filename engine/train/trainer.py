@@ -9,6 +9,8 @@
   train_log.jsonl, train_summary.json     loss / throughput log and final numbers
   paraphrase_bank.safetensors             the training questions' sentence embeddings, for
                                           paraphrase snapping at serving (engine.train.paraphrase)
+  paraphrase_verified.json                the training questions the trained model answers as
+                                          trained, which snapping prefers (engine.train.verify_bank)
 Batch t is drawn from seeds (seed, t) only, so a resumed run sees the same data and masks as an
 uninterrupted one. Knows nothing about the Engine or evaluation.
 """
@@ -72,6 +74,7 @@ class TrainConfig:
     export_dtype: str = "float32"
     resume: bool = True
     progress: bool = True
+    verify_snaps: bool = True  # decode the training questions once at the end (~2 min)
 
     def __post_init__(self) -> None:
         positive = ("max_steps", "batch_size", "hidden_size", "num_layers", "num_heads",
@@ -254,6 +257,15 @@ def _paraphrase_bank(out: Path) -> str | None:
     return str(out / BANK_FILE)
 
 
+def _verify_snaps(out: Path, threads: int) -> str | None:
+    """Record which training questions the trained model answers as trained (~2 min on this
+    project's CPU for the default fact sheet); None without a paraphrase bank."""
+    from diffvoice.engine.train.verify_bank import VERIFIED_FILE, verify
+
+    verify(out, threads=threads)
+    return str(out / VERIFIED_FILE)
+
+
 def train(cfg: TrainConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -328,11 +340,12 @@ def train(cfg: TrainConfig) -> dict:
     save()
     log.close()
     bank = _paraphrase_bank(out)
+    verified = _verify_snaps(out, cfg.threads) if bank and cfg.verify_snaps else None
     summary = {"steps": step, "elapsed_s": round(elapsed, 1), "tokens_seen": tokens_seen,
                "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
                "final_loss_ema": None if loss_ema is None else round(loss_ema, 4),
                "parameters": n_params, "threads": cfg.threads,
-               "paraphrase_bank": bank,
+               "paraphrase_bank": bank, "paraphrase_verified": verified,
                "model_config": asdict(mcfg), "train_config": asdict(cfg)}
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

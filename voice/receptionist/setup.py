@@ -58,7 +58,10 @@ def paraphrase_for(config, engine, warnings: list[str]):
     try:
         from diffvoice.engine.train.paraphrase import ParaphraseSnap
 
-        snap = ParaphraseSnap.for_model(config.model, threshold=config.paraphrase_threshold)
+        intent = getattr(config, "paraphrase_intent", None)
+        snap = ParaphraseSnap.for_model(config.model, threshold=config.paraphrase_threshold,
+                                        intent_threshold=None if intent is None or intent > 1
+                                        else intent)
         if snap is None:
             raise ValueError(f"{facts} not found (snapping needs the model's fact sheet)")
     except (ImportError, OSError, ValueError) as exc:
@@ -69,5 +72,6 @@ def paraphrase_for(config, engine, warnings: list[str]):
         return None
     engine.rewrite_messages = snap.rewrite
     logger.info(f"paraphrase snapping: {len(snap.entries)} training questions, "
-                f"threshold {snap.threshold}")
+                f"threshold {snap.threshold}, intent threshold {snap.intent_threshold}, "
+                f"{'no' if snap.verified is None else len(snap.verified)} verified questions")
     return snap

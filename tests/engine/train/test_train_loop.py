@@ -12,7 +12,7 @@ from diffvoice.engine.train.trainer import BatchMaker, TrainConfig, setup, train
 
 TINY = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
             intermediate_size=64, vocab_size=400, tokenizer_samples=300, batch_size=8,
-            warmup_steps=2, progress=False, threads=1)
+            warmup_steps=2, progress=False, threads=1, verify_snaps=False)
 
 
 def _held_loss(model, make_batch):
@@ -50,7 +50,8 @@ def test_pause_and_resume_matches_uninterrupted_run(tmp_path, capsys):
                                   "--num-layers", "1", "--num-heads", "2", "--num-kv-heads", "1",
                                   "--head-dim", "16", "--intermediate-size", "64",
                                   "--vocab-size", "400", "--tokenizer-samples", "300",
-                                  "--batch-size", "4", "--threads", "1", "--no-progress", *extra])
+                                  "--batch-size", "4", "--threads", "1", "--no-progress",
+                                  "--no-verify-snaps", *extra])
         assert run_train(args) == 0
 
     cli(tmp_path / "a")
