@@ -293,6 +293,7 @@ class ParaphraseSnap:
         self._head: IntentHead | None = None
         self._book_follow: tuple[list[str], torch.Tensor | None] = ([], None)
         self._service_replies: frozenset = frozenset()
+        self._answer_of: dict[str, tuple] = {}
         self._sig_ready = threading.Event()
         if signature is not None:
             threading.Thread(target=self._sign_entries, name="paraphrase-signatures",
@@ -359,6 +360,9 @@ class ParaphraseSnap:
         # answers about one service or one day: what "book that" can follow in training
         self._service_replies = frozenset(e.reply for e in self.entries
                                           if e.intent in (*_PER_SERVICE, "hours_day"))
+        # such an answer -> (intent, services, days) of the questions it answers
+        self._answer_of = {e.reply: (e.intent, *self.signature(e.text)[:2])
+                           for e in self.entries if e.intent in (*_PER_SERVICE, "hours_day")}
         self._head = head
 
     # ------------------------------------------------------------------ building / loading
@@ -553,7 +557,11 @@ class ParaphraseSnap:
         training phrasing naming no service ("duration" -> "how much time": the model answers
         for the service of the previous exchange, or asks which one), a booking intent after an
         answer about one service or one day as the most similar training phrasing of "book
-        that" ("let's do it" -> "let's do that"). None otherwise (the message stays as said)."""
+        that" ("let's do it" -> "let's do that"). A turn naming one other service (or day) than
+        an answer about one service's price or duration (or one day's hours), and no time or
+        name, as the training question of the answer's intent for that value ("and a crown, what
+        is that" after an emergency visit's price -> "how much is a crown") unless the head is
+        sure it is a booking. None otherwise (the message stays as said)."""
         if self.intent_threshold is None or len(messages) < 2 \
                 or messages[-2].get("role") != "assistant":
             return None
@@ -562,8 +570,11 @@ class ParaphraseSnap:
             return None
         emb = self.encoder.encode([text])[0]
         top = self._intent(emb)
-        if top is None or top[1] < self.intent_threshold:
+        if top is None:
             return None
+        other = self._other_value(text, before.strip(), top, emb)
+        if other is not None or top[1] < self.intent_threshold:
+            return other
         if top[0] in _PER_SERVICE:
             s = self._intent_snap(text, emb, self.embeddings @ emb, no_values=True)
             return s.text if s is not None and s.swapped else None
@@ -573,6 +584,26 @@ class ParaphraseSnap:
             return None
         said = book[int(torch.argmax(book_emb @ emb))]
         return said if normalize(said) != normalize(text) else None
+
+    def _other_value(self, text: str, before: str, top: tuple[str, float],
+                     emb: torch.Tensor) -> str | None:
+        prev = self._answer_of.get(before)
+        if prev is None or (top[0] in ("book", "availability", "cancel")
+                            and top[1] >= self.intent_threshold):
+            return None
+        services, days, times, names = self.signature(text)
+        if times or names:
+            return None
+        intent, prev_services, prev_days = prev
+        if intent in _PER_SERVICE and len(services) == 1 and not days \
+                and services != prev_services:
+            key = (intent, services, frozenset())
+        elif intent == "hours_day" and len(days) == 1 and not services and days != prev_days:
+            key = (intent, frozenset(), days)
+        else:
+            return None
+        pick = self._facts.get(key)
+        return self.entries[self._best(pick, self.embeddings @ emb)].text if pick else None
 
     def _named_intents(self) -> frozenset:
         """Intents of the openers that give a caller's name (book, cancel)."""

@@ -289,7 +289,8 @@ def test_a_later_turn_stating_no_value_is_heard_as_the_training_follow_up(snap):
     """Later turns: a price or duration question naming no service becomes a training phrasing
     naming none (the model answers for the previous exchange's service, or asks which one); a
     booking intent after an answer about one service or one day becomes a training phrasing of
-    "book that" (not the held-out one); anything stating a value, or after other answers, stays."""
+    "book that" (not the held-out one); another service or day than the previous answer's, the
+    answer's question for it; anything else stating a value, or after other answers, stays."""
     from diffvoice.engine.train.dialogue_phrases import FOLLOW_BOOK
 
     def turn(prev_q, prev_a, text):
@@ -306,8 +307,17 @@ def test_a_later_turn_stating_no_value_is_heard_as_the_training_follow_up(snap):
     assert booked in FOLLOW_BOOK["train"] and booked not in FOLLOW_BOOK["heldout"]
     kept = turn(*hours, "let's do it")  # nothing to book from an address answer
     assert snap.rewrite(kept) is kept
-    valued = turn(*price, "what about crowns")
-    assert snap.rewrite(valued) is valued
+    # another service (day) than the answer's: the answer's question for that value
+    by_text = {e.text: e for e in snap.entries}
+    other = snap.rewrite(turn(*price, "ok and crowns"))[-1]["content"]
+    assert by_text[other].intent == "price" and snap.signature(other)[0] == {"crowns"}
+    day = snap.rewrite(turn("are you open on tuesday", "On Tuesdays we're open from 8 am to 5 pm.",
+                            "then saturday"))[-1]["content"]
+    assert by_text[day].intent == "hours_day" and snap.signature(day)[1] == {"saturday"}
+    for kept in (turn(*price, "can i book a crown"),  # a booking: as said
+                 turn(*price, "what about a filling on friday"),  # a day too
+                 turn(*hours, "and crowns")):  # after no answer about one service
+        assert snap.rewrite(kept) is kept, kept[-1]
     off = ParaphraseSnap(snap.entries, snap.embeddings, snap.encoder, intent_threshold=None,
                          signature=snap.signature)
     assert off.follow_up(turn(*price, "duration")) is None

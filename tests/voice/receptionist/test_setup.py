@@ -67,9 +67,19 @@ def test_paraphrase_modes(tmp_path):
         ServeConfig(paraphrase="maybe")
     with pytest.raises(ValueError, match="paraphrase_threshold"):
         ServeConfig(paraphrase_threshold=1.5)
+    # intent snapping: on at the default, its threshold from the config, off above 1
+    assert snap.intent_threshold == ServeConfig().paraphrase_intent
+    assert snap.verified is not None  # the shipped record of questions answered as trained
+    off = paraphrase_for(shipped.replace(paraphrase_intent=1.01), engine, warnings)
+    assert off.intent_threshold is None and not warnings
+    with pytest.raises(ValueError, match="paraphrase_intent"):
+        ServeConfig(paraphrase_intent=-0.1)
 
 
 def test_serve_and_eval_model_snap_at_the_same_threshold():
     from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD
 
     assert ServeConfig().paraphrase_threshold == DEFAULT_THRESHOLD
+    from diffvoice.engine.train.paraphrase import INTENT_THRESHOLD
+
+    assert ServeConfig().paraphrase_intent == INTENT_THRESHOLD
