@@ -136,9 +136,27 @@ def spans(messages, max_words: int = MAX_SPAN_WORDS, max_chars: int | None = Non
     return list(out)[:MAX_SPANS]
 
 
+# "at 1030", "930 am", "1130pm": a time written without its colon, as recognisers write it;
+# read only after a word that introduces a time or before am / pm, and (without am / pm) only
+# on the quarter hours, so "room 1030" and "at 2024" stay numbers
+_CLOCK_DIGITS = re.compile(
+    r"\b(?:(?P<cue>at|around|about|by|say|until|till|from) )?(?P<h>\d{1,2})(?P<m>\d{2})"
+    r"(?: ?(?P<ampm>am|pm))?\b")
+
+
+def _clock_digits(m: re.Match) -> str:
+    hour, minute, ampm = int(m.group("h")), int(m.group("m")), m.group("ampm")
+    if not (1 <= hour <= 12 and minute < 60) or not (ampm or (
+            m.group("cue") and minute in (0, 15, 30, 45))):
+        return m.group(0)
+    cue = m.group("cue") + " " if m.group("cue") else ""
+    return f"{cue}{hour}:{minute:02d}" + (f" {ampm}" if ampm else "")
+
+
 def _norm_numbers(text: str) -> str:
     text = text.lower().replace("a.m.", "am").replace("p.m.", "pm").replace("’", "'")
     text = re.sub(r"\b(\d{1,2})(am|pm)\b", r"\1 \2", text)
+    text = _CLOCK_DIGITS.sub(_clock_digits, text)
     for phrase, minute in _MIN.items():  # longest first
         text = re.sub(rf"\b{phrase}\b", f"{minute:02d}m", text)
     words = []
@@ -250,17 +268,62 @@ def said_any(values: list, messages, aliases: dict | None = None) -> bool:
                and isinstance(m.get("content"), str))
 
 
+def _alias_form(text: str) -> str:
+    """A text (or an alias phrase) as aliases are compared: lower case, possessives as plain
+    words ("kid's" / "kids'" -> "kids", "children's" -> "childrens"), hyphens between letters
+    as spaces ("check-up" -> "check up") and no punctuation, as recognisers write speech."""
+    text = text.lower().replace("’", "'")
+    text = re.sub(r"(?<=[a-z])-(?=[a-z])", " ", text)
+    text = re.sub(r"(?<=[a-z])'s\b", "s", text)
+    text = re.sub(r"(?<=[a-z]s)'(?![a-z])", "", text)
+    return " ".join(re.findall(r"[a-z0-9']+", text))
+
+
+def _joined(text: str, vocab: frozenset) -> str:
+    """Two neighbouring words written apart whose join is one word of `vocab` (an alias word),
+    joined: "check up" -> "checkup" (and "check ups" -> "checkups") when an alias says
+    "checkup"."""
+    words = text.split()
+    out, i = [], 0
+    while i < len(words):
+        if i + 1 < len(words) and (words[i] + words[i + 1] in vocab or
+                                   words[i + 1][-1:] == "s" and len(words[i + 1]) > 1 and
+                                   words[i] + words[i + 1][:-1] in vocab):
+            out.append(words[i] + words[i + 1])
+            i += 2
+        else:
+            out.append(words[i])
+            i += 1
+    return " ".join(out)
+
+
+def _alias_pattern(alias: str) -> str:
+    """The regex of one alias phrase: its words in order, each plural word also singular
+    ("kids checkup" names "a kid checkup" too), the phrase also plural at its end."""
+    words = []
+    for w in alias.split():
+        w = re.escape(w)
+        words.append(w[:-1] + "s?" if len(w) > 3 and w.endswith("s") and not w.endswith("ss")
+                     else w)
+    return r"\b" + r"\s+".join(words) + r"(s|es)?\b"
+
+
 def aliased(values: list, blob: str, aliases: dict) -> set:
     """Values of `values` that `blob` names by one of their alias phrases, longest phrase first
-    (a phrase inside a longer one that was said does not count: "kids checkup" != "checkup")."""
-    phrases = sorted(((a.lower(), v) for v in values if isinstance(v, str)
-                      for a in aliases.get(v) or () if isinstance(a, str) and a.strip()),
+    (a phrase inside a longer one that was said does not count: "kids checkup" != "checkup"),
+    compared in `_alias_form` ("a kids' check-up" names "kids checkup")."""
+    pairs = [(_alias_form(a), v) for v in values if isinstance(v, str)
+             for a in aliases.get(v) or () if isinstance(a, str) and a.strip()]
+    vocab = frozenset(w for a, _ in pairs for w in a.split())
+    phrases = sorted(((_joined(a, vocab), v) for a, v in pairs),
                      key=lambda av: len(av[0]), reverse=True)
+    blob = _joined(_alias_form(blob), vocab)
     found = set()
     for alias, v in phrases:
-        if alias not in blob:  # cheap test first: most phrases are not in most texts
+        stem = alias.split()[0][:3]
+        if stem not in blob:  # cheap test first: most phrases are not in most texts
             continue
-        pattern = rf"\b{re.escape(alias)}(s|es)?\b"
+        pattern = _alias_pattern(alias)
         if re.search(pattern, blob):
             found.add(v)
             blob = re.sub(pattern, " ", blob)

@@ -514,6 +514,33 @@ class ParaphraseSnap:
                     return True
         return False
 
+    def sounds_like(self, text: str) -> set[str]:
+        """The services one of whose distinctive alias words (5+ letters) a word of `text` (5+
+        letters, no alias or function word) sounds like, as recognisers mishear them: the same
+        Metaphone key ("feeling" / "filling", "widening" / "whitening"), or keys one edit apart
+        and Jaro-Winkler similarity >= 0.9 ("leaching" / "bleaching", "crowd" / "crown")."""
+        import jellyfish
+
+        from diffvoice.engine.constrained.context import FUNCTION_WORDS
+
+        if not self._own_words:
+            return set()
+        known = {w for ws in self.service_words.values() for w in ws}
+        said = [w for w in normalize(text).split()
+                if len(w) >= 5 and w not in known and w not in FUNCTION_WORDS]
+        found = set()
+        for w in said:
+            key = jellyfish.metaphone(w)
+            for service, words in self._own_words.items():
+                for word in words:
+                    if len(word) < 5:
+                        continue
+                    other = jellyfish.metaphone(word)
+                    if key == other or (jellyfish.levenshtein_distance(key, other) <= 1 and
+                                        jellyfish.jaro_winkler_similarity(w, word) >= 0.9):
+                        found.add(service)
+        return found
+
     def _intent_snap(self, text: str, emb: torch.Tensor, sims: torch.Tensor,
                      no_values: bool = False) -> Snap | None:
         """The most similar fact / small-talk training question of the head's intent with the
@@ -525,6 +552,12 @@ class ParaphraseSnap:
         sig = self.signature(text)
         if no_values and any(sig):
             return None
+        if top[0] in _PER_SERVICE and not sig[0] and not no_values:
+            # no service read: a recogniser may have written one as a word that sounds like it
+            # ("how long does a feeling take", "price for leaching")
+            heard = self.sounds_like(text)
+            if len(heard) == 1:
+                sig = (frozenset(heard), *sig[1:])
         if top[0] in _PER_SERVICE and not sig[0]:
             # no service read: the caller may name one in words no alias has ("how much to get
             # my teeth whitened"); then the most similar question of the intent, when it names

@@ -13,6 +13,7 @@ from diffvoice.engine.constrained.context import (
     ALIASES_KEY,
     FUNCTION_WORDS,
     KEY,
+    aliased,
     contextualize,
     mentioned,
     spans,
@@ -32,6 +33,13 @@ from diffvoice.engine.constrained.context import (
     ("2:30 p.m. works for me", {"14:30"}),
     ('{"available": ["14:00"]}', {"14:00"}),
     ("call 555 0142", set()),
+    # times written without the colon (Whisper: "at 1030"): after a time word or before am/pm
+    ("could i come in wednesday at 1030", {"10:30", "22:30"}),
+    ("930 am works", {"09:30"}),
+    ("at 1130pm", {"23:30"}),
+    ("room 1030 please", set()),
+    ("at 2024", set()),
+    ("i have 1030 dollars", set()),
     ("what are your hours", set()),
 ])
 def test_times_mentioned(text, want):
@@ -280,6 +288,43 @@ def test_an_enum_value_is_mentioned_by_its_aliases_longest_first():
     assert said("a checkup and a crown") == ["cleanings", "crowns"]
     assert said("anything on friday") == values  # nothing said: every value
     assert said("two crowns") == ["crowns"]
+
+
+@pytest.mark.parametrize("text, want", [
+    # possessives, hyphens and spacing as recognisers write them (Whisper: "kids' checkups")
+    ("do you have room saturday for a kids' checkup", {"kids checkups"}),
+    ("how much is a kid's checkup?", {"kids checkups"}),
+    ("a kids check-up.", {"kids checkups"}),
+    ("how long are kids check ups", {"kids checkups"}),
+    ("a children\u2019s checkup", {"kids checkups"}),
+    ("a check-up, please", {"cleanings"}),
+    ("two check ups", {"cleanings"}),
+    ("a teeth-cleaning and a crown", {"cleanings", "crowns"}),
+    ("my kids need checkups", {"cleanings"}),  # "kids" is not next to the checkup
+    ("a back up plan", set()),
+])
+def test_aliases_are_read_as_recognisers_write_them(text, want):
+    aliases = {"cleanings": ["cleaning", "checkup", "check up", "teeth cleaning"],
+               "kids checkups": ["kids checkup", "children's checkup"], "crowns": ["crown"]}
+    assert aliased(list(aliases), text, aliases) == want
+
+
+def test_random_text_is_read_alike_with_and_without_punctuation():
+    # the reader ignores punctuation: on random word salads of alias words and fillers, the
+    # values found are the same with commas, full stops and question marks sprinkled in
+    import random
+
+    aliases = {"cleanings": ["cleaning", "checkup", "check up", "teeth cleaning"],
+               "kids checkups": ["kids checkup", "children's checkup"], "crowns": ["crown"],
+               "fillings": ["filling", "cavity filling"]}
+    words = "a the kids kid's check up checkup cleaning teeth crown crowns cavity filling " \
+            "children's for my and please".split()
+    rng = random.Random(0)
+    for _ in range(300):
+        ws = [rng.choice(words) for _ in range(rng.randint(1, 8))]
+        plain = " ".join(ws)
+        marked = " ".join(w + rng.choice(["", "", ",", ".", "?"]) for w in ws)
+        assert aliased(list(aliases), plain, aliases) == aliased(list(aliases), marked, aliases)
 
 
 def test_a_tool_waits_for_a_required_value_nobody_said():

@@ -274,8 +274,9 @@ def test_intent_snapping_keeps_the_callers_service_and_day(snap):
             said, heard = snap.signature(ex.question), snap.signature(out.text)
             assert heard[1] == said[1], ex.question  # the days, always
             # the services; or, none read, one the caller names in other words
-            assert heard[0] == said[0] or (not said[0] and snap._named_otherwise(
-                ex.question, by_text[out.text])), ex.question
+            assert heard[0] == said[0] or (not said[0] and (snap._named_otherwise(
+                ex.question, by_text[out.text]) or heard[0] == snap.sounds_like(ex.question))), \
+                ex.question
             assert head_label(by_text[out.text]) == label
     assert swapped >= 20
     off = ParaphraseSnap(snap.entries, snap.embeddings, snap.encoder, intent_threshold=None,
@@ -283,6 +284,46 @@ def test_intent_snapping_keeps_the_callers_service_and_day(snap):
     walk_in = "is it ok to roll up without booking"  # nearest below 0.7: the 1-NN rule keeps it
     assert not off.snap(walk_in).swapped and by_text[snap.snap(walk_in).text].intent == \
         "faq:walk_ins"
+
+
+@pytest.mark.parametrize("heard, service", [
+    # what Whisper wrote for training questions spoken by espeak voices (asr_train.jsonl)
+    ("i wanted to ask quick question will feeling take long", "fillings"),
+    ("okay, how long should plan for leaching?", "teeth whitening"),
+    ("hi there, we're widening take more than an hour thanks so much", "teeth whitening"),
+    ("what's the duration of feelings, thanks?", "fillings"),
+    ("how much for a crowd", "crowns"),
+])
+def test_a_service_word_misheard_as_a_word_that_sounds_like_it(snap, heard, service):
+    """A price / duration question whose service a recogniser wrote as a sound-alike word is
+    asked as the training question of its intent naming that service."""
+    from diffvoice.engine.train.paraphrase import head_label
+
+    snap._sig_ready.wait()
+    by_text = {e.text: e for e in snap.entries}
+    assert snap.signature(heard)[0] == frozenset()  # no alias read
+    assert snap.sounds_like(heard) == {service}
+    out = snap.snap(heard)
+    assert out.swapped and snap.signature(out.text)[0] == {service}
+    assert head_label(by_text[out.text]) in ("price", "duration")
+
+
+def test_sound_alikes_are_read_only_where_a_service_is_wanted(snap):
+    snap._sig_ready.wait()
+    # an alias word is read as itself, short words and function words never sound like one
+    assert snap.sounds_like("how much is a filling") == set()
+    assert snap.sounds_like("can i come in for a cleaning") == set()
+    assert snap.sounds_like("what are your hours on friday") == set()
+    # not a price or duration question: the sound-alike does not make it one
+    by_text = {e.text: e for e in snap.entries}
+    out = snap.snap("how are you feeling today")
+    assert out.text not in by_text or snap.signature(out.text)[0] == frozenset()
+    # a later turn: the previous exchange decides, not a sound-alike
+    msgs = [{"role": "user", "content": "how much is a crown"},
+            {"role": "assistant", "content": "A crown is 900 dollars."},
+            {"role": "user", "content": "and how long does that take, i'm feeling nervous"}]
+    rewritten = snap.rewrite(msgs)[-1]["content"]
+    assert "filling" not in rewritten
 
 
 def test_a_later_turn_stating_no_value_is_heard_as_the_training_follow_up(snap):
