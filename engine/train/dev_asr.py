@@ -6,11 +6,7 @@ words are worked out here, then measured once on the independent sets by `eval-m
 
     python -m diffvoice.engine.train.dev_asr --out dev.json [--limit N]
 
-Only for the default fact sheet (the cache's questions are about Bluebird Dental). Run it from
-a directory other than the repository root: there `python -m` puts the root on sys.path, where
-our `kernels/` folder hides Hugging Face's `kernels` package that sentence-transformers' import
-of transformers probes (as for every `python -m diffvoice...` tool; tests/conftest.py works
-around it for the suite).
+Only for the default fact sheet (the cache's questions are about Bluebird Dental).
 """
 
 from __future__ import annotations

