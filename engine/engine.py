@@ -161,7 +161,10 @@ class Engine:
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         rid = request_id or self._new_id()
         seq = None
-        if self.rewrite_messages is not None and not isinstance(messages, str):
+        # an over-long prompt is refused as sent (prepare's max_prompt_chars error): a rewrite
+        # (a paraphrase snap) must not turn it into a short, accepted one, nor spend time on it
+        if self.rewrite_messages is not None and not isinstance(messages, str) \
+                and prompt_chars(messages) <= self.config.max_prompt_chars:
             messages = await asyncio.to_thread(self._rewritten, messages)
         if prompt_chars(messages) > PREPARE_ON_WORKER_CHARS:
             # templating + tokenising a long prompt takes a while: never on the caller's event

@@ -209,6 +209,15 @@ def test_engine_applies_the_hook_in_a_worker_thread_and_survives_its_errors(tmp_
 
         engine.rewrite_messages = broken
         assert asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}])) == plain
+
+        # an over-long prompt is refused as sent: the hook never sees it (a snap would turn it
+        # into a short training question and the request would be accepted)
+        seen.clear()
+        engine.rewrite_messages = rewrite
+        too_long = [{"role": "user", "content": "x" * (engine.config.max_prompt_chars + 1)}]
+        with pytest.raises(ValueError, match="max_prompt_chars"):
+            asyncio.run(prompt_tokens(too_long))
+        assert seen == []
     finally:
         engine.close()
 
