@@ -10,6 +10,7 @@ against the schema, whatever the model's weights.
   hook.py    the runner's per-pass seam (logit masks, blocked commits, canvas writes)
   context.py "x-diffvoice-context": slots narrowed by the conversation (values somebody said,
              names copied from the caller's words), applied before compiling
+  reading.py how words name values: times however said or written, enum values by alias phrase
 See docs/tool-calling.md.
 """
 

