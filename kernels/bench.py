@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -204,17 +203,12 @@ def run_kernel_benches(sizes: Sizes, device: str, copy_gbps: float) -> list[dict
     return results
 
 
-# ---- engine benchmark hook (the lead implements `diffvoice bench engine`) ------------------
+# ---- engine benchmark hook -----------------------------------------------------------------
 def engine_bench_command(out_dir: Path) -> list[str]:
-    exe = shutil.which("diffvoice") or str(Path(sys.executable).with_name("diffvoice"))
-    if not Path(exe).exists():
-        exe_cmd = [sys.executable, "-c", "import sys; from diffvoice.engine.cli import main; "
-                                         "sys.argv[0] = 'diffvoice'; sys.exit(main())"]
-    else:
-        exe_cmd = [exe]
-    return exe_cmd + ["bench", "engine", "--preset", "qwen2.5-1.5b", "--dtype", "bfloat16",
-                      "--device", "cuda", "--batch", "1,32", "--compare-graphs",
-                      "--out", str(out_dir / "engine.json")]
+    """`diffvoice bench engine ...` through its module, which imports only the engine's packages."""
+    return [sys.executable, "-m", "diffvoice.latency_bench.engine_bench", "--preset",
+            "qwen2.5-1.5b", "--dtype", "bfloat16", "--device", "cuda", "--batch", "1,32",
+            "--compare-graphs", "--out", str(out_dir / "engine.json")]
 
 
 def run_engine_bench(out_dir: Path, timeout_s: float = 300.0, dry_run: bool = False) -> dict:

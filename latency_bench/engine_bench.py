@@ -340,3 +340,16 @@ def run(args: argparse.Namespace) -> int:
                     for b in batches if b > 1))
     print("wrote", ", ".join(str(p) for p in written.values()))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m diffvoice.latency_bench.engine_bench ...` = `diffvoice bench engine ...`, with
+    none of the voice stack's packages imported (a bare CUDA image has torch and little else)."""
+    parser = argparse.ArgumentParser(prog="python -m diffvoice.latency_bench.engine_bench",
+                                     description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -18,7 +18,7 @@ def test_dry_run_checks_every_kernel_and_writes_reports(tmp_path):
     assert all(r["ok"] and r["triton_us"] > 0 and r["max_err"] <= r["bound"]
                for r in report["kernels"])
     assert report["engine"]["status"] == "skipped (dry run)"
-    assert "bench engine --preset qwen2.5-1.5b" in report["engine"]["command"]
+    assert "engine_bench --preset qwen2.5-1.5b" in report["engine"]["command"]
     table = (tmp_path / "kernels.md").read_text()
     assert table.count("| ok |") == len(report["kernels"])
 

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One pass of every GPU check, for a lent CUDA machine (written for the H200 device: its image has
+# python3 with a CUDA torch, Triton, pytest, matplotlib, transformers; nothing can be installed).
+#
+#   bash kernels/h200_run.sh OUTDIR            # on the GPU machine, from the checkout root
+#   DRY_RUN=1 bash kernels/h200_run.sh OUTDIR  # CPU rehearsal: tiny shapes, Triton interpreter
+#
+# Steps, each under its own time limit, each going on when an earlier one failed:
+#   env      nvidia-smi, python/torch/triton versions
+#   pytest   tests/kernels (every kernel test on CUDA tensors) + tests/engine/test_cuda_graphs.py
+#   kernels  python -m diffvoice.kernels.bench (Triton vs reference at real sizes, GB/s vs copy,
+#            then `diffvoice bench engine --preset qwen2.5-1.5b --dtype bfloat16 --batch 1,32
+#            --compare-graphs`)
+#   recept   `diffvoice bench engine --model models/receptionist-tiny` on CUDA, graphs vs eager
+# Everything lands in OUTDIR/results.tgz (re-packed after every step, so a run cut off at its
+# limit still brings back what finished) and OUTDIR/log.txt.
+set -u
+OUT_DIR=${1:?usage: kernels/h200_run.sh OUTDIR}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RES=$(mktemp -d)/h200
+mkdir -p "$RES" "$OUT_DIR"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+# `diffvoice` is the checkout root (pyproject maps it so): a link makes it importable unbuilt.
+PKG=$(mktemp -d)
+ln -s "$ROOT" "$PKG/diffvoice"
+export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
+cd "$ROOT" || exit 1
+# Packages the image lacks travel as wheels in .whl/ (websockets: `diffvoice bench`'s parser).
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+ENGINE_BENCH=("$PY" -m diffvoice.latency_bench.engine_bench)  # = diffvoice bench engine
+
+pack() { tar -czf "$OUT_DIR/results.tgz.part" -C "$(dirname "$RES")" h200 \
+         && mv "$OUT_DIR/results.tgz.part" "$OUT_DIR/results.tgz"; }
+step() {  # step NAME LIMIT_S CMD...: run, record status and seconds, pack
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    echo "=== $name (limit ${limit}s) $(date -u +%H:%M:%S)"
+    timeout -k 10 "$limit" "$@" > "$RES/$name.log" 2>&1
+    local rc=$?
+    tail -n 40 "$RES/$name.log"
+    echo "=== $name rc=$rc in $((SECONDS - t0))s"
+    echo "$name rc=$rc seconds=$((SECONDS - t0))" >> "$RES/steps.txt"
+    pack
+}
+
+if [ -n "${DRY_RUN:-}" ]; then
+    export TRITON_INTERPRET=1
+    BENCH_ARGS=(--dry-run)
+    RECEPT=(--device cpu --dtype float32 --batch 1,2 --prompts 4)
+else
+    BENCH_ARGS=(--engine-timeout-s 170)
+    RECEPT=(--device cuda --dtype float32 --batch 1,8,32 --compare-graphs)
+fi
+
+step env 30 bash -c "date -u; nvidia-smi || true; $PY -c 'import sys, torch, triton; \
+print(sys.version); print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \
+torch.cuda.is_available() and torch.cuda.get_device_name()); print(\"triton\", triton.__version__)'"
+step pytest 120 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -o asyncio_mode=auto \
+    --junitxml="$RES/pytest.xml" tests/kernels tests/engine/test_cuda_graphs.py
+step kernels 240 "$PY" -m diffvoice.kernels.bench --out "$RES/perf" "${BENCH_ARGS[@]}"
+step recept 60 "${ENGINE_BENCH[@]}" --model models/receptionist-tiny \
+    --policy threshold --stop-at-eos --answer-tokens 48 \
+    --prompts-file docs/latency/receptionist-questions.txt "${RECEPT[@]}" \
+    --out "$RES/perf/engine-receptionist.json"
+cat "$RES/steps.txt"
