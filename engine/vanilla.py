@@ -44,6 +44,10 @@ def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int]
         x[s.gen_end:] = cfg.eos_token_ids[0]
     positions = torch.arange(s.canvas_end, device=device)[None]
     generated, passes = [], 0
+
+    def on(values, dtype=None):  # one-row tensors on the model's device
+        return torch.tensor(values, dtype=dtype, device=device)
+
     while True:
         logits = model(x[None], positions)[0]  # [N, V]
         passes += 1
@@ -55,16 +59,16 @@ def reference_decode(model: DiffusionLM, cfg: ModelConfig, prompt_ids: list[int]
         maskable = (cur == mask_id) & (pos >= s.d_start) & (pos < s.d_end)
         pred, conf, ent = predict(logits[None, lo:hi].clone(), mask_id, [0.0], [None],
                                   params.policy in NEEDS_ENTROPY,
-                                  torch.tensor([rules.full_vocab_confidence]))
+                                  on([rules.full_vocab_confidence]))
         if s.first_token_due:
             commit = maskable & (pos == s.d_start)
         else:
-            knobs = PolicyKnobs(torch.tensor([s.steps_left]), torch.tensor([params.threshold]),
-                                torch.tensor([params.entropy_bound]),
-                                k_fixed=torch.tensor([s.k_fixed]), k_host=[s.k_fixed],
+            knobs = PolicyKnobs(on([s.steps_left]), on([params.threshold]),
+                                on([params.entropy_bound]), k_fixed=on([s.k_fixed]),
+                                k_host=[s.k_fixed],
                                 block=((pos >= s.block_start) & (pos < s.d_end))[None],
-                                dream_f=torch.tensor([s.dream_f], dtype=torch.float32))
-            commit = commit_mixed([params.policy], torch.tensor([POLICY_IDS[params.policy]]),
+                                dream_f=on([s.dream_f], torch.float32))
+            commit = commit_mixed([params.policy], on([POLICY_IDS[params.policy]]),
                                   conf, ent, maskable[None], knobs)[0]
         new = torch.where(commit, pred[0], cur)
         is_eos = torch.isin(new, eos_ids) & (pos >= s.prompt_len) & (not params.ignore_eos)

@@ -15,9 +15,10 @@ For few programs (batch 1, long prefix) the cache is split across `num_splits` p
 (flash-decoding); each writes (acc / l, log2-sum-exp) and a second kernel merges them. The split
 count depends only on shapes, never on cache_lens values (no host sync, CUDA-graph safe).
 
-Shapes: q [B, Hq, L, D]; k_new, v_new [B, Hkv, L, D]; k_cache, v_cache [B, Hkv, T, D] (any
-strides); cache_lens [B] int; positions [B, L] int64; new_valid [B, L] bool. out [B, Hq, L, D],
-q's dtype. Accumulation is fp32; fp32 inputs use IEEE fp32 dots (no TF32).
+Shapes: q [B, Hq, L, D]; k_new, v_new [B, Hkv, L, D]; k_cache, v_cache [B, Hkv, T, D];
+cache_lens [B] int; positions [B, L] int64; new_valid [B, L] bool (every input any strides: the
+engine passes views). out [B, Hq, L, D], q's dtype. Accumulation is fp32; fp32 inputs use IEEE
+fp32 dots (no TF32).
 This module knows nothing about slot allocation or the model; kernels/ops.py dispatches.
 """
 
@@ -67,7 +68,7 @@ def _block_attn_kernel(
     out_ptr, o_part_ptr, lse_part_ptr,
     sq_b, sq_h, sq_l, sq_d, skn_b, skn_h, skn_l, skn_d, svn_b, svn_h, svn_l, svn_d,
     skc_b, skc_h, skc_t, skc_d, svc_b, svc_h, svc_t, svc_d,
-    so_b, so_h, so_l, so_d, spos_b, spos_l, sval_b, sval_l,
+    so_b, so_h, so_l, so_d, spos_b, spos_l, sval_b, sval_l, slens,
     Hq, Hkv, L, G, D, qk_scale, block_size, num_splits, n_flat,
     CAUSAL: tl.constexpr, FINAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -96,7 +97,7 @@ def _block_attn_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
     # Cache keys: this split's share of positions [0, cache_len), visible to every query.
-    cache_len = tl.load(lens_ptr + b).to(tl.int32)
+    cache_len = tl.load(lens_ptr + b * slens).to(tl.int32)
     chunk = tl.cdiv(tl.cdiv(cache_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, cache_len)
@@ -235,7 +236,7 @@ def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, ne
         q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid_u8,
         out, o_part, lse_part,
         *q.stride(), *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(),
-        *out.stride(), *positions.stride(), *new_valid_u8.stride(),
+        *out.stride(), *positions.stride(), *new_valid_u8.stride(), cache_lens.stride(0),
         hq, hkv, length, group, dim, scale * _LOG2E, int(block_size), num_splits, n_flat,
         CAUSAL=block_size > 0, FINAL=final, IEEE=q.dtype == torch.float32,
         UPCAST=q.device.type != "cuda",

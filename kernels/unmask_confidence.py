@@ -35,14 +35,14 @@ def _unmask_partial_kernel(
     logits_ptr, prev_ptr, rows_ptr,
     m_part_ptr, s_part_ptr, t_part_ptr, idx_part_ptr,
     token_ptr, prob_ptr, ent_ptr,
-    L, V, stride_b, stride_l, stride_prev_b, inv_temp, chunk, num_splits,
+    L, V, stride_b, stride_l, stride_prev_b, stride_rows, inv_temp, chunk, num_splits,
     HAS_ROWS: tl.constexpr, SHIFT: tl.constexpr, NEED_ENTROPY: tl.constexpr,
     FINAL: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     n = tl.program_id(0)
     split = tl.program_id(1)
     if HAS_ROWS:
-        r = tl.load(rows_ptr + n)
+        r = tl.load(rows_ptr + n * stride_rows)
     else:
         r = n.to(tl.int64)
     b = r // L
@@ -193,7 +193,8 @@ def unmask_confidence(logits, prev_logits=None, shift=False, temperature=1.0,
     warps = 8 if block_v >= 2048 else 4
     _unmask_partial_kernel[(n_rows, num_splits)](
         logits, prev, rows_arg, m_part, s_part, t_part, idx_part, token, prob, ent_arg,
-        length, vocab, logits.stride(0), logits.stride(1), prev.stride(0), inv_temp, chunk,
+        length, vocab, logits.stride(0), logits.stride(1), prev.stride(0),
+        rows.stride(0) if rows is not None else 0, inv_temp, chunk,
         num_splits, HAS_ROWS=rows is not None, SHIFT=bool(shift),
         NEED_ENTROPY=bool(need_entropy), FINAL=final, BLOCK_V=block_v, num_warps=warps,
     )

@@ -150,3 +150,25 @@ def test_gpu_qwen_shapes(check_lowp, batch, length, prefix):
                                       for t in inputs], block_size)
         ref_lowp = block_attention_ref(*inputs, block_size, upcast=False)
         check_lowp(out, ref32, ref_lowp, torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_triton_strided_index_tensors(triton_backend, check_lowp, dtype):
+    """cache_lens, positions and new_valid as the engine passes them: columns of its per-pass
+    tables (views with a stride, not copies). Read with a unit stride, rows after the first take
+    another row's or an unrelated table entry as their cache length: wrong outputs under the
+    interpreter, out-of-bounds cache reads on a GPU (seen on an H200 before this was fixed)."""
+    batch, length, cap = 3, 5, 11
+    inputs = make_inputs(batch, 4, 2, length, 16, cap, dtype)
+    lens, pos, valid = inputs[5:]
+    table = torch.full((batch, 7), 10**6, dtype=lens.dtype, device=lens.device)
+    table[:, 3] = lens
+    pos_table = torch.full((batch, 2 * length), 10**6, dtype=pos.dtype, device=pos.device)
+    pos_table[:, ::2] = pos
+    valid_table = torch.zeros(batch, length, 3, dtype=torch.bool, device=valid.device)
+    valid_table[:, :, 1] = valid
+    strided = [*inputs[:5], table[:, 3], pos_table[:, ::2], valid_table[:, :, 1]]
+    assert not any(t.is_contiguous() for t in strided[5:])
+    out = run_all(strided, 4)
+    ref32 = block_attention_ref(*[t.float() if t.is_floating_point() else t for t in inputs], 4)
+    check_lowp(out, ref32, block_attention_ref(*inputs, 4, upcast=False), dtype)

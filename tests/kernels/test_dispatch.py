@@ -29,6 +29,9 @@ def test_bad_choice_names_its_source(monkeypatch):
         resolve_backend("cpu")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="on a CUDA machine triton is compiled, not interpreted (the GPU "
+                           "tests below force it on CUDA tensors)")
 def test_forced_triton_runs_on_cpu_under_interpreter(triton_backend, monkeypatch):
     monkeypatch.setenv(ENV_VAR, "triton")
     assert resolve_backend("cpu") == "triton"

@@ -67,6 +67,18 @@ def test_triton_strided_logits_without_entropy(triton_backend, check_close):
     check_close(prob, prob_ref)
 
 
+def test_triton_strided_rows(triton_backend, check_close):
+    # rows as a column of a bigger index table (a view with a stride), as a caller may pass them
+    logits, prev = make_logits(3, 6, 200, torch.float32)
+    rows = pick_rows(3, 6)
+    table = torch.full((rows.numel(), 3), 10**9, dtype=torch.int64, device=rows.device)
+    table[:, 1] = rows
+    assert not table[:, 1].is_contiguous()
+    got = unmask_confidence(logits, prev, shift=True, need_entropy=True, rows=table[:, 1])
+    check_same(got, unmask_confidence_ref(logits, prev, shift=True, need_entropy=True, rows=rows),
+               check_close)
+
+
 def test_reference_matches_plain_definition(check_close):
     batch, length, vocab = 3, 6, 301
     logits, prev = make_logits(batch, length, vocab, torch.float32, "cpu")
