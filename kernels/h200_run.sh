@@ -12,7 +12,11 @@
 #   kernels  python -m diffvoice.kernels.bench (Triton vs reference at real sizes, GB/s vs copy,
 #            then `diffvoice bench engine --preset qwen2.5-1.5b --dtype bfloat16 --batch 1,32
 #            --compare-graphs`)
+#   fast     the same 1.5B shape under the engine's own decoding (--decoding fast: 16-token blocks
+#            in 2 low-confidence passes, as the goals assume; random weights never pass the
+#            families' confidence thresholds, so their own rules commit one token a pass)
 #   recept   `diffvoice bench engine --model models/receptionist-tiny` on CUDA, graphs vs eager
+# ONLY="fast recept" runs just those steps.
 # Everything lands in OUTDIR/results.tgz (re-packed after every step, so a run cut off at its
 # limit still brings back what finished) and OUTDIR/log.txt.
 set -u
@@ -38,6 +42,7 @@ pack() { tar -czf "$OUT_DIR/results.tgz.part" -C "$(dirname "$RES")" h200 \
          && mv "$OUT_DIR/results.tgz.part" "$OUT_DIR/results.tgz"; }
 step() {  # step NAME LIMIT_S CMD...: run, record status and seconds, pack
     local name=$1 limit=$2; shift 2
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
     local t0=$SECONDS
     echo "=== $name (limit ${limit}s) $(date -u +%H:%M:%S)"
     timeout -k 10 "$limit" "$@" > "$RES/$name.log" 2>&1
@@ -52,9 +57,12 @@ if [ -n "${DRY_RUN:-}" ]; then
     export TRITON_INTERPRET=1
     BENCH_ARGS=(--dry-run)
     RECEPT=(--device cpu --dtype float32 --batch 1,2 --prompts 4)
+    FAST=(--preset tiny-10m --device cpu --dtype float32 --batch 1,2 --prompts 4 --block-size 8)
 else
     BENCH_ARGS=(--engine-timeout-s 170)
     RECEPT=(--device cuda --dtype float32 --batch 1,8,32 --compare-graphs)
+    FAST=(--preset qwen2.5-1.5b --device cuda --dtype bfloat16 --batch 1,32 --compare-graphs
+          --context 1024 --block-size 16)
 fi
 
 step env 30 bash -c "date -u; nvidia-smi || true; $PY -c 'import sys, torch, triton; \
@@ -64,6 +72,8 @@ step pytest 120 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -o asyncio_mo
     --junitxml="$RES/pytest.xml" tests/kernels tests/engine/test_cuda_graphs.py \
     tests/engine/test_triton_engine.py
 step kernels 240 "$PY" -m diffvoice.kernels.bench --out "$RES/perf" "${BENCH_ARGS[@]}"
+step fast 120 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
+    --steps-per-block 2 --answer-tokens 32 --out "$RES/perf/engine-fast.json"
 step recept 60 "${ENGINE_BENCH[@]}" --model models/receptionist-tiny \
     --policy threshold --stop-at-eos --answer-tokens 48 \
     --prompts-file docs/latency/receptionist-questions.txt "${RECEPT[@]}" \

@@ -156,6 +156,12 @@ async def measure(engine: Engine, chats, params, concurrency: int) -> dict:
             "tokens": tokens, "wall_s": wall, "aggregate_tok_per_s": tokens / wall}
 
 
+def _graph_shapes(engine: Engine) -> int:
+    """CUDA graphs (fixed-shape passes) the engine holds so far; 0 without them."""
+    static = engine.runner.static
+    return sum(st.graph is not None for st in static.shapes.values()) if static else 0
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -248,11 +254,20 @@ def run(args: argparse.Namespace) -> int:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
                                              enforce_eager=eager, max_queued=4 * args.prompts))
         try:
-            per_batch = {}
-            for b in batches:  # warm-up at each level first (lazy init, CUDA-graph capture)
-                asyncio.run(measure(engine, (chats * b)[: max(2, b)], params, b))
+            per_batch, warmup = {}, {}
+            for b in batches:
+                # Warm-up at each level on every prompt once (lazy init, Triton compiles, one
+                # CUDA graph per new shape: a first-seen shape costs a capture, which the
+                # measured runs must not include); what it cost is reported beside them.
+                shapes0 = _graph_shapes(engine)
+                t0 = time.perf_counter()
+                asyncio.run(measure(engine, (chats * b)[: max(len(chats), b)], params, b))
+                warmup[b] = {"wall_s": time.perf_counter() - t0,
+                             "graph_shapes_captured": _graph_shapes(engine) - shapes0}
                 per_batch[b] = asyncio.run(measure(
                     engine, chats * (1 if b == 1 else max(1, b // 4)), params, b))
+                per_batch[b]["graph_shapes_captured_while_measured"] = (
+                    _graph_shapes(engine) - shapes0 - warmup[b]["graph_shapes_captured"])
             by_context = {}
             for ctx in args.context:
                 ctx_chats = prompt_messages(loaded.tokenizer, min(args.prompts, 5), ctx)
@@ -281,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
                                                                     args.prompts], params, device)
         finally:
             engine.close()
-        results[mode] = {"per_batch": per_batch, "by_context": by_context}
+        results[mode] = {"per_batch": per_batch, "by_context": by_context, "warmup": warmup}
     head = results[modes[0][0]]
     b1 = head["per_batch"][batches[0]]
     for b, r in head["per_batch"].items():
@@ -323,13 +338,17 @@ def run(args: argparse.Namespace) -> int:
     for b, r in head["per_batch"].items():
         report[f"batch{b}"] = {"aggregate_tok_per_s": r["aggregate_tok_per_s"],
                                "per_stream_tok_per_s": r["aggregate_tok_per_s"] / b,
-                               "ttft_ms": summarize(r["ttft"])}
+                               "ttft_ms": summarize(r["ttft"]),
+                               "graph_shapes_captured_while_measured":
+                                   r["graph_shapes_captured_while_measured"]}
     if head["by_context"]:
         report["by_context"] = head["by_context"]
     if len(modes) > 1:
         report["modes"] = {m: {f"batch{b}": {"aggregate_tok_per_s": r["aggregate_tok_per_s"],
                                              "ttft_ms": summarize(r["ttft"])}
                                for b, r in results[m]["per_batch"].items()} for m, _ in modes}
+    report["warmup"] = {m: {f"batch{b}": w for b, w in results[m]["warmup"].items()}
+                        for m, _ in modes}
     written = write_outputs(report, args.out)
     print(f"ttft p50 {report['ttft_ms']['p50']:.1f} ms  p99 {report['ttft_ms']['p99']:.1f} ms | "
           f"{report['tok_per_s']:.0f} tok/s vs vanilla {vanilla['tok_per_s']:.0f} tok/s "
