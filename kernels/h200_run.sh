@@ -16,6 +16,7 @@
 #            in 2 low-confidence passes, as the goals assume; random weights never pass the
 #            families' confidence thresholds, so their own rules commit one token a pass)
 #   recept   `diffvoice bench engine --model models/receptionist-tiny` on CUDA, graphs vs eager
+#   profile  python -m diffvoice.latency_bench.engine_profile: host against device time per pass
 # ONLY="fast recept" runs just those steps.
 # Everything lands in OUTDIR/results.tgz (re-packed after every step, so a run cut off at its
 # limit still brings back what finished) and OUTDIR/log.txt.
@@ -58,11 +59,13 @@ if [ -n "${DRY_RUN:-}" ]; then
     BENCH_ARGS=(--dry-run)
     RECEPT=(--device cpu --dtype float32 --batch 1,2 --prompts 4)
     FAST=(--preset tiny-10m --device cpu --dtype float32 --batch 1,2 --prompts 4 --block-size 8)
+    PROFILE=(--preset tiny-10m --device cpu --dtype float32 --batch 1,2 --prompts 4 --block-size 8)
 else
     BENCH_ARGS=(--engine-timeout-s 170)
     RECEPT=(--device cuda --dtype float32 --batch 1,8,32 --compare-graphs)
     FAST=(--preset qwen2.5-1.5b --device cuda --dtype bfloat16 --batch 1,32 --compare-graphs
           --context 1024 --block-size 16)
+    PROFILE=(--batch 1,32)
 fi
 
 step env 30 bash -c "date -u; nvidia-smi || true; $PY -c 'import sys, torch, triton; \
@@ -71,11 +74,14 @@ torch.cuda.is_available() and torch.cuda.get_device_name()); print(\"triton\", t
 step pytest 120 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -o asyncio_mode=auto \
     --junitxml="$RES/pytest.xml" tests/kernels tests/engine/test_cuda_graphs.py \
     tests/engine/test_triton_engine.py
-step kernels 240 "$PY" -m diffvoice.kernels.bench --out "$RES/perf" "${BENCH_ARGS[@]}"
+step kernels 240 "$PY" -m diffvoice.kernels.bench --out "$RES/perf" "${BENCH_ARGS[@]}" \
+    ${KERNELS_EXTRA:-}  # e.g. KERNELS_EXTRA=--skip-engine
 step fast 120 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
     --steps-per-block 2 --answer-tokens 32 --out "$RES/perf/engine-fast.json"
 step recept 60 "${ENGINE_BENCH[@]}" --model models/receptionist-tiny \
     --policy threshold --stop-at-eos --answer-tokens 48 \
     --prompts-file docs/latency/receptionist-questions.txt "${RECEPT[@]}" \
     --out "$RES/perf/engine-receptionist.json"
+step profile 90 "$PY" -m diffvoice.latency_bench.engine_profile "${PROFILE[@]}" \
+    --out "$RES/perf/profile"
 cat "$RES/steps.txt"
