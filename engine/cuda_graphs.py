@@ -70,6 +70,29 @@ class StaticForward:
         st.graph.replay()
         return st.out[:b]
 
+    def prepare(self, length: int, max_batch: int, context: int) -> list[tuple]:
+        """Allocate (and on CUDA capture) the decode pass of `length` tokens for every batch
+        bucket up to the one holding `max_batch` and every cache bucket up to `context` cached
+        tokens, before any request: a shape first seen while serving costs its capture (about
+        1.5 s with Triton's compiles, measured on an H200) on that caller's pass. The buffers are
+        zeros: no key is visible, nothing is written to the K/V pools. Returns the new keys."""
+        buckets = [b for b in self.buckets if b < max_batch]
+        buckets += [b for b in self.buckets if b >= max_batch][:1]
+        new, cached = [], 16
+        while True:
+            for bucket in buckets:
+                key = self.shape_for(bucket, length, cached, 0)
+                if key is not None and key not in self.shapes:
+                    st = self._allocate(key)
+                    if self.capture:
+                        self._capture(st, key)
+                    else:
+                        self._forward(st, key)
+                    new.append(key)
+            if cached >= min(context, self.max_seq_len):
+                return new
+            cached *= 2
+
     def _allocate(self, key) -> _Static:
         bucket, length, _, _ = key
         z = lambda dtype: torch.zeros((bucket, length), dtype=dtype, device=self.device)  # noqa: E731

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from diffvoice.engine.decoding import resolve
 from diffvoice.engine.loader import LoadedModel, load_checkpoint
 from diffvoice.engine.params import EngineConfig, SamplingParams
 from diffvoice.engine.requests import prepare_sequence, prompt_chars
@@ -230,7 +231,18 @@ class Engine:
                     "model": self.model_name}
 
     def warmup(self) -> None:
-        """One short generation so the first caller does not pay for lazy initialisation."""
+        """Before serving: the decode passes' CUDA graphs for the usual shapes
+        (EngineConfig.warmup_graph_context), then one short generation, so the first callers do
+        not pay for captures or lazy initialisation."""
+        params, _ = resolve(self.config.default_params, self.loaded.config)
+        with self._lock:  # no pass runs meanwhile (capture needs the device to itself)
+            t0 = time.perf_counter()
+            new = self.runner.prepare_graphs(params.block_size, self.config.warmup_graph_context)
+        if new:
+            log.info("prepared %d decode shapes%s in %.1f s", len(new),
+                     " (CUDA graphs)" if self.runner.static.capture else "",
+                     time.perf_counter() - t0)
+
         async def run():
             async for _ in self.generate([{"role": "user", "content": "hello"}],
                                          SamplingParams(max_new_tokens=8, ignore_eos=True)):

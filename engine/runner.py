@@ -48,7 +48,7 @@ class ModelRunner:
         self.shift = int(self.mc.logit_shift)
         self.eos_set = tuple(sorted(set(ids)))
         self._views: dict[tuple[int, int, int], torch.Tensor] = {}
-        slots = config.max_running
+        self.slots = slots = config.max_running
         dtype = next(self.model.parameters()).dtype
         shape = (slots, self.mc.num_kv_heads, self.T + 1, self.mc.head_dim)
         self.kv = [(torch.zeros(shape, dtype=dtype, device=device),
@@ -66,6 +66,13 @@ class ModelRunner:
         if self.mc.block_causal and (graphs or config.static_shapes):
             self.static = StaticForward(self.model, self.kv, config.batch_buckets, self.T, device,
                                         capture=graphs)
+
+    def prepare_graphs(self, block: int, context: int) -> list[tuple]:
+        """Capture (CUDA) or lay out (static_shapes) the decode passes of `block`-token windows
+        ahead of serving; see EngineConfig.warmup_graph_context. Returns the new shape keys."""
+        if self.static is None or context <= 0:
+            return []
+        return self.static.prepare(block + self.shift, self.slots, context)
 
     def admit(self, s: Sequence) -> None:
         """Lay out the slot's canvas: prompt, masks to gen_end, then (fast decoding) EOS padding
