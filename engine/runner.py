@@ -68,11 +68,15 @@ class ModelRunner:
                                         capture=graphs)
 
     def prepare_graphs(self, block: int, context: int) -> list[tuple]:
-        """Capture (CUDA) or lay out (static_shapes) the decode passes of `block`-token windows
-        ahead of serving; see EngineConfig.warmup_graph_context. Returns the new shape keys."""
+        """Capture (CUDA) or lay out (static_shapes) the passes of `block`-token windows ahead of
+        serving: decode-only and fused commit (see engine.cuda_graphs); see
+        EngineConfig.warmup_graph_context. Returns the new shape keys."""
         if self.static is None or context <= 0:
             return []
-        return self.static.prepare(block + self.shift, self.slots, context)
+        commit = self.static.max_write_length(block)
+        return self.static.prepare([(block + self.shift, 0, False),
+                                    (commit, commit - block - self.shift, True)],
+                                   self.slots, context)
 
     def admit(self, s: Sequence) -> None:
         """Lay out the slot's canvas: prompt, masks to gen_end, then (fast decoding) EOS padding
@@ -110,9 +114,10 @@ class ModelRunner:
                 return step
         self._idle_pass = None
         logits = None
-        if self.static is not None and plan.write_pos is None:  # decode-only: fixed shapes
+        if self.static is not None and (plan.write_pos is None or plan.L <= self.static
+                                        .max_write_length(plan.W)):  # fixed shapes
             logits = self.static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
-                                 plan.cache_len_max, plan.logits_start)
+                                 plan.cache_len_max, plan.logits_start, plan.write_pos)
         if (logits is None and plan.logit_rows is not None and plan.attn is not None
                 and rows[0].constraint is None):
             logits = self._some_logits(ids, plan)

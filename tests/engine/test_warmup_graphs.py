@@ -1,7 +1,8 @@
-"""Engine.warmup() lays out (CPU, static_shapes) or captures (CUDA) the decode passes' fixed
-shapes before serving, so no caller's pass pays a CUDA-graph capture (measured at ~1.5 s a shape
-on an H200, docs/perf.md): every batch bucket up to max_running, every cache bucket up to
-EngineConfig.warmup_graph_context tokens. Prepared shapes change no token."""
+"""Engine.warmup() lays out (CPU, static_shapes) or captures (CUDA) the fixed-shape passes before
+serving — decode-only passes and fast decoding's fused commit passes, which write K/V — so no
+caller's pass pays a CUDA-graph capture (measured at ~1.5 s a shape on an H200, docs/perf.md):
+every batch bucket up to max_running, every cache bucket up to EngineConfig.warmup_graph_context
+tokens. Prepared shapes change no token; commit passes run on fixed shapes, not eagerly."""
 
 import asyncio
 
@@ -37,9 +38,12 @@ def test_warmup_prepares_every_bucket_and_serving_adds_none(checkpoint):
     try:
         eng.warmup()
         static = eng.runner.static
-        block = eng.loaded.config.block_size
+        block = eng.loaded.config.block_size  # sdar: no logit shift
         prepared = set(static.shapes)
-        assert prepared == {(b, block, tc, 0) for b in (1, 2, 4, 8) for tc in (16, 32, 64)}
+        assert prepared == {(b, length, tc, start, writes) for b in (1, 2, 4, 8)
+                            for tc in (16, 32, 64)
+                            for length, start, writes in ((block, 0, False),
+                                                          (2 * block, block, True))}
         got = _answers(eng)
         assert set(static.shapes) == prepared  # six concurrent short chats: no new shape
     finally:
@@ -48,8 +52,11 @@ def test_warmup_prepares_every_bucket_and_serving_adds_none(checkpoint):
         device="cpu", max_running=6, static_shapes=True, warmup_graph_context=0))
     try:
         lazy.warmup()
-        assert len(lazy.runner.static.shapes) <= 1  # only what the warm-up request itself used
+        # nothing prepared: only the shapes the short warm-up request itself ran (cache <= 32)
+        assert all(key[2] <= 32 for key in lazy.runner.static.shapes)
         assert _answers(lazy) == got  # prepared (zero-filled) shapes change no token
+        # the fused commit passes (which store K/V) ran on fixed shapes too
+        assert any(key[4] for key in lazy.runner.static.shapes)
     finally:
         lazy.close()
 
