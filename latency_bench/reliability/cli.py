@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from diffvoice.latency_bench.reliability.run import PARTS, SCALES
+from diffvoice.latency_bench.reliability.scales import PARTS, SCALES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

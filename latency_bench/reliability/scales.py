@@ -1,0 +1,38 @@
+"""The reliability harness's parts and the counts of each scale: plain data, importable without the
+harness's own dependencies (websockets, soundfile), so `diffvoice bench`'s parser can name them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
+
+SCALES: dict[str, dict[str, Any]] = {
+    "short": {
+        "name": "short", "max_sessions": 8, "per_ip": 3, "idle_timeout_s": 3.0,
+        "handshake_timeout_s": 2.0, "max_new_tokens": 12,
+        "fuzz_inputs": 300, "fuzz_min_total": 300, "fuzz_concurrency": 3, "fuzz_mid_calls": 5,
+        "fuzz_media_calls": 1, "fuzz_legit_calls": 1, "fuzz_legit_turns": 1,
+        "iso_bad_requests": 8, "iso_huge_prompts": 1, "iso_flood_sockets": 6,
+        "iso_legit_turns": 1,
+        "storm_sessions": 1, "storm_interruptions": 2,
+        "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
+        "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
+        "soak_ramp_s": 2.0, "soak_warmup_s": 3.0, "soak_procs": 1,
+        "part_timeout_s": 150,
+    },
+    "full": {
+        "name": "full", "max_sessions": 40, "per_ip": 4, "idle_timeout_s": 10.0,
+        "handshake_timeout_s": 5.0, "max_new_tokens": 48,
+        "fuzz_inputs": 10_000, "fuzz_min_total": 10_000, "fuzz_concurrency": 16,
+        "fuzz_mid_calls": 100, "fuzz_media_calls": 10, "fuzz_legit_calls": 2,
+        "fuzz_legit_turns": 6,
+        "iso_bad_requests": 200, "iso_huge_prompts": 20, "iso_flood_sockets": 200,
+        "iso_legit_turns": 4,
+        "storm_sessions": 4, "storm_interruptions": 100,
+        "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
+        "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,
+        "soak_ramp_s": 60.0, "soak_warmup_s": 120.0, "soak_procs": 2,
+        "part_timeout_s": 1200,
+    },
+}
