@@ -46,7 +46,8 @@ MAX_SPANS = 400
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 _ALL_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(24) for m in range(60))
 # "name_span": a person's name is never one of these (English function words, fillers, number
-# and time words, weekdays, polite words)
+# and time words, weekdays, polite words, the verbs of a booking request: "and i'm rosa sign me
+# up" names rosa, not "rosa sign")
 FUNCTION_WORDS = frozenset("""
 a about actually after again all also am an and any anything anytime are around as at be because
 been before book booking but by can cancel could day did do does doing don't for from get go
@@ -59,6 +60,7 @@ morning afternoon evening noon midday half past quarter three four five six seve
 eleven twelve thirty fifteen forty pm monday tuesday wednesday thursday friday saturday sunday
 appointment visit slot coming next come came give take taking call called fine well here
 thats theres might must may shall wanna gonna got free open available anytime instead again
+sign schedule reschedule reserve squeeze fit set pencil hold
 """.split())
 # "name_span": a name is copied only from the words right after one of these ("put it under ivy
 # hayes", "my name is sam", "and i'm rosa", "name's hugo", "it's for felix"), or from a message

@@ -361,6 +361,12 @@ def test_a_tool_waits_for_a_required_value_nobody_said():
     assert ALIASES_KEY not in props["service"]
     assert spans([{"role": "user", "content": "hi i'm ming"}], skip=FUNCTION_WORDS,
                  cued=True) == ["ming"]
+    # a request's verb after the name is no part of it (recognisers drop the comma)
+    for said in ("sometime saturday and i'm rosa sign me up please",
+                 "i'm rosa squeeze me in friday", "it's for rosa pencil me in",
+                 "under rosa reschedule it to friday"):
+        assert spans([{"role": "user", "content": said}], skip=FUNCTION_WORDS,
+                     cued=True) == ["rosa"], said
     # the assistant's own words give no value: an hours answer is no booking day
     hours = [{"role": "user", "content": "when are you open"},
              {"role": "assistant", "content": "On Fridays we're open from 8 am to 3 pm."},
