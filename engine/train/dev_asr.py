@@ -22,6 +22,7 @@ from diffvoice.engine.train import evaluate as ev
 from diffvoice.engine.train.asr_augment import TRAIN_CACHE, load_cache
 from diffvoice.engine.train.data import DataGenerator, Example
 from diffvoice.engine.train.facts import load_facts
+from diffvoice.engine.train.paraphrase import INTENT_THRESHOLD
 from diffvoice.engine.train.templates import SMALL_TALK_INTENTS
 
 
@@ -40,7 +41,10 @@ def dev_examples(gen: DataGenerator, path: str | Path = TRAIN_CACHE) -> list[Exa
     return out
 
 
-def run(model: str | Path | None = None, limit: int | None = None, threads: int = 2) -> dict:
+def run(model: str | Path | None = None, limit: int | None = None, threads: int = 2,
+        intent_snap: float | None = INTENT_THRESHOLD) -> dict:
+    """The served path at its defaults over the dev rows; `intent_snap`: the intent head's
+    threshold (as `eval-model --intent-snap`; None = off)."""
     import torch
 
     from diffvoice.engine.assets import default_model_dir
@@ -52,7 +56,8 @@ def run(model: str | Path | None = None, limit: int | None = None, threads: int 
     examples = dev_examples(gen)[:limit]
     engine = Engine.from_pretrained(model, EngineConfig(max_running=1,
                                                         max_queued=max(1, len(examples))))
-    engine.rewrite_messages = ParaphraseSnap.for_model(model, save=False).rewrite
+    engine.rewrite_messages = ParaphraseSnap.for_model(model, save=False,
+                                                       intent_threshold=intent_snap).rewrite
     try:
         engine.warmup()
         params = ev.path_params("tools", ev.parse_setting(ev.DEFAULT_SETTINGS[0], 64), gen.facts)
@@ -62,7 +67,8 @@ def run(model: str | Path | None = None, limit: int | None = None, threads: int 
     by_asr: dict[str, list] = {}
     for r in replies:
         by_asr.setdefault(r.template.split(":")[1], []).append(r)
-    return {"model": str(model), "n": len(replies), "summary": ev.summarize(replies),
+    return {"model": str(model), "intent_snap": intent_snap, "n": len(replies),
+            "summary": ev.summarize(replies),
             "per_recogniser": {k: ev.summarize(v) for k, v in sorted(by_asr.items())},
             "failures": [asdict(r) for r in replies if not r.correct]}
 
@@ -73,9 +79,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default=None, help="checkpoint directory (default: shipped)")
     ap.add_argument("--limit", type=int, default=None, help="the first N rows only")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--intent-snap", type=float, default=INTENT_THRESHOLD, metavar="PROBABILITY",
+                    help=f"the intent head's threshold (default {INTENT_THRESHOLD}, as served; "
+                         "above 1 = off)")
     ap.add_argument("--out", default=None, help="write the report here (JSON)")
     args = ap.parse_args(argv)
-    report = run(args.model, args.limit, args.threads)
+    report = run(args.model, args.limit, args.threads,
+                 None if args.intent_snap > 1 else args.intent_snap)
     for name, s in [("all", report["summary"]), *report["per_recogniser"].items()]:
         print(f"{name:22s} n={s['n']:5d} right {s['accuracy']:.1%} "
               f"well-formed {s['well_formed_rate']:.1%}")

@@ -43,7 +43,9 @@ Decoding paths (`paths`), each over every question set:
   tools-schema the same without the conversation narrowing (schema-only constraints)
 Report keys: `settings[spec][set]` (free), `settings[spec][set+tools]`,
 `settings[spec][set+tools-schema]`; `episodes[spec][path]`: closed-loop booking calls
-(engine/train/episodes.py: the model's own replies fed back, slot filling over turns).
+(engine/train/episodes.py: the model's own replies fed back, slot filling over turns). A spoken
+set's entry also has `hearing` (`hearing()`): the transcripts' WER, the share heard word for word
+and the accuracy on those and on the misheard rest, overall and per voice.
 Requests go one at a time by default so latency is per reply, not per batch.
 """
 
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -373,6 +376,8 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                                     round(r.first_block_conf, 4), r.correct_raw, r.well_formed]
                                    for r in replies],
                     "samples": [asdict(r) for r in replies[:: max(1, len(replies) // 10)]]}
+                if name.startswith("spoken"):
+                    res[name]["hearing"] = hearing(replies)
             for path in paths:
                 suffix = "" if path == "free" else f"+{path}"
                 res[f"all{suffix}"] = {"summary": _merge([res[k + suffix]["summary"]
@@ -390,6 +395,57 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
     finally:
         engine.close()
     return report
+
+
+_SPELLING = ((re.compile(r"\b([ap]) m\b"), r"\1m"), (re.compile(r"\bok\b"), "okay"))
+
+
+def heard_words(text: str) -> list[str]:
+    """The words of a question for comparing what was said with what a recogniser wrote:
+    latency_bench.wer's normalising, then spelling that a listener cannot hear dropped —
+    apostrophes ("whats" / "What's"), "a.m." as am, "ok" as okay."""
+    from diffvoice.latency_bench.wer import normalise_words
+
+    text = " ".join(w.replace("'", "") for w in normalise_words(text))
+    for pattern, repl in _SPELLING:
+        text = pattern.sub(repl, text)
+    return text.split()
+
+
+def hearing(replies: list[Reply], said: dict[int, str] | None = None) -> dict:
+    """How well a spoken set was heard, and the answers split by it: the transcripts' corpus WER
+    against the words said (the edit distance of latency_bench.wer over `heard_words`), the share
+    heard word for word (the same letters and digits: "e-mail" / "email", "2 pm" / "2pm" count as
+    heard), accuracy on those rows and on the misheard ones, overall and per voice. It separates
+    understanding (a question heard right and still answered wrong) from hearing. Rows are matched
+    to what was said by their template, "spoken:ID:VOICE:ASR"; `said` maps an independent item id
+    to its question (default: the shipped set)."""
+    from diffvoice.latency_bench.wer import edit_distance
+
+    if said is None:
+        from diffvoice.engine.train.independent import load_independent
+
+        said = {item["id"]: item["q"] for item in load_independent()}
+    groups: dict[str, list[tuple[int, int, bool, bool]]] = {}
+    for r in replies:
+        _, item_id, voice, _ = r.template.split(":", 3)
+        ref, hyp = heard_words(said[int(item_id)]), heard_words(r.question)
+        row = (edit_distance(ref, hyp), len(ref), "".join(ref) == "".join(hyp), r.correct)
+        for key in ("all", voice):
+            groups.setdefault(key, []).append(row)
+
+    def split(rows: list[tuple[int, int, bool, bool]]) -> dict:
+        exact = [ok for _, _, same, ok in rows if same]
+        off = [ok for _, _, same, ok in rows if not same]
+        words = sum(w for _, w, _, _ in rows)
+        return {"n": len(rows), "wer": sum(e for e, *_ in rows) / words if words else None,
+                "heard_exactly_rate": len(exact) / len(rows),
+                "accuracy_heard_exactly": sum(exact) / len(exact) if exact else None,
+                "accuracy_misheard": sum(off) / len(off) if off else None}
+
+    out = split(groups.pop("all")) if replies else {"n": 0}
+    out["per_voice"] = {voice: split(rows) for voice, rows in sorted(groups.items())}
+    return out
 
 
 def _merge(summaries: list[dict]) -> dict:
@@ -428,6 +484,12 @@ def markdown_table(report: dict) -> str:
             lines.append(f"| {spec} | booking calls, closed loop ({path}) |"
                          f" {_fmt(ep['success_rate'], ep['n'])} booked right,"
                          f" {_fmt(ep['confirmed_rate'])} confirmed | | | | | | | | | |")
+        for name in [k for k in res if "hearing" in res[k]]:
+            h = res[name]["hearing"]
+            lines.append(f"| {spec} | {name}, as heard | WER {_fmt(h['wer'])}, word for word"
+                         f" {_fmt(h['heard_exactly_rate'])}: right"
+                         f" {_fmt(h['accuracy_heard_exactly'])} of those,"
+                         f" {_fmt(h['accuracy_misheard'])} of the rest |" + " |" * 9)
         for name in [k for k in res if k.split("+")[0] == "all"]:
             a = res[name]["summary"]
             lines.append(f"| {spec} | {name} | | | | | | | | {_fmt(a['well_formed_rate'], a['n'])}"

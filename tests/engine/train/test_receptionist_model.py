@@ -79,6 +79,13 @@ def test_eval_model_cli_reports_every_setting(tmp_path, capsys):
         s = res["template"]["summary"]
         assert s["n"] == 4 and s["latency_mean_s"] > 0 and 0 <= s["well_formed_rate"] <= 1
         assert res["dialogue"]["summary"]["n"] == 4
+        spoken = [k for k in res if k.startswith("spoken")]
+        assert "spoken-kokoro:whisper-tiny.en+tools" in spoken
+        for name in spoken:  # each spoken set is split by how it was heard
+            h, s = res[name]["hearing"], res[name]["summary"]
+            assert h["n"] == s["n"] == sum(v["n"] for v in h["per_voice"].values())
+            assert 0 <= h["heard_exactly_rate"] <= 1 and h["wer"] >= 0
+    assert "| low_confidence:2 | spoken-kokoro:whisper-tiny.en+tools, as heard | WER" in table
     # an empty question set (no dialogues) is reported, not a crash in the merged row
     only = parser.parse_args(["--limit", "2", "--no-chitchat", "--dialogues", "0",
                               "--no-independent", "--episodes", "0", "--paths", "tools",
