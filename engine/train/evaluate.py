@@ -44,8 +44,8 @@ Decoding paths (`paths`), each over every question set:
 Report keys: `settings[spec][set]` (free), `settings[spec][set+tools]`,
 `settings[spec][set+tools-schema]`; `episodes[spec][path]`: closed-loop booking calls
 (engine/train/episodes.py: the model's own replies fed back, slot filling over turns). A spoken
-set's entry also has `hearing` (`hearing()`): the transcripts' WER, the share heard word for word
-and the accuracy on those and on the misheard rest, overall and per voice.
+set's entry also has `hearing` (engine/train/hearing.py): the transcripts' WER, the share heard
+word for word and the accuracy on those and on the misheard rest, overall and per voice.
 Requests go one at a time by default so latency is per reply, not per batch.
 """
 
@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -64,6 +63,8 @@ from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, served
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
 from diffvoice.engine.train.facts import load_facts
+from diffvoice.engine.train.hearing import hearing
+from diffvoice.engine.train.independent import load_independent
 from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
 from diffvoice.engine.train.paraphrase import INTENT_THRESHOLD
 from diffvoice.engine.train.tool_schemas import parse_tool_call, tool_call_text
@@ -342,6 +343,8 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
         if path not in PATHS:
             raise ValueError(f"decoding path {path!r} must be one of {PATHS}")
     n_max = max(len(v) for v in sets.values())
+    said = ({item["id"]: item["q"] for item in load_independent()}
+            if any(name.startswith("spoken") for name in sets) else {})
     engine = Engine.from_pretrained(model, EngineConfig(max_running=max(1, concurrency),
                                                         max_queued=n_max))
     if paraphrase is not None:
@@ -377,7 +380,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                                    for r in replies],
                     "samples": [asdict(r) for r in replies[:: max(1, len(replies) // 10)]]}
                 if name.startswith("spoken"):
-                    res[name]["hearing"] = hearing(replies)
+                    res[name]["hearing"] = hearing(replies, said)
             for path in paths:
                 suffix = "" if path == "free" else f"+{path}"
                 res[f"all{suffix}"] = {"summary": _merge([res[k + suffix]["summary"]
@@ -395,57 +398,6 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
     finally:
         engine.close()
     return report
-
-
-_SPELLING = ((re.compile(r"\b([ap]) m\b"), r"\1m"), (re.compile(r"\bok\b"), "okay"))
-
-
-def heard_words(text: str) -> list[str]:
-    """The words of a question for comparing what was said with what a recogniser wrote:
-    latency_bench.wer's normalising, then spelling that a listener cannot hear dropped —
-    apostrophes ("whats" / "What's"), "a.m." as am, "ok" as okay."""
-    from diffvoice.latency_bench.wer import normalise_words
-
-    text = " ".join(w.replace("'", "") for w in normalise_words(text))
-    for pattern, repl in _SPELLING:
-        text = pattern.sub(repl, text)
-    return text.split()
-
-
-def hearing(replies: list[Reply], said: dict[int, str] | None = None) -> dict:
-    """How well a spoken set was heard, and the answers split by it: the transcripts' corpus WER
-    against the words said (the edit distance of latency_bench.wer over `heard_words`), the share
-    heard word for word (the same letters and digits: "e-mail" / "email", "2 pm" / "2pm" count as
-    heard), accuracy on those rows and on the misheard ones, overall and per voice. It separates
-    understanding (a question heard right and still answered wrong) from hearing. Rows are matched
-    to what was said by their template, "spoken:ID:VOICE:ASR"; `said` maps an independent item id
-    to its question (default: the shipped set)."""
-    from diffvoice.latency_bench.wer import edit_distance
-
-    if said is None:
-        from diffvoice.engine.train.independent import load_independent
-
-        said = {item["id"]: item["q"] for item in load_independent()}
-    groups: dict[str, list[tuple[int, int, bool, bool]]] = {}
-    for r in replies:
-        _, item_id, voice, _ = r.template.split(":", 3)
-        ref, hyp = heard_words(said[int(item_id)]), heard_words(r.question)
-        row = (edit_distance(ref, hyp), len(ref), "".join(ref) == "".join(hyp), r.correct)
-        for key in ("all", voice):
-            groups.setdefault(key, []).append(row)
-
-    def split(rows: list[tuple[int, int, bool, bool]]) -> dict:
-        exact = [ok for _, _, same, ok in rows if same]
-        off = [ok for _, _, same, ok in rows if not same]
-        words = sum(w for _, w, _, _ in rows)
-        return {"n": len(rows), "wer": sum(e for e, *_ in rows) / words if words else None,
-                "heard_exactly_rate": len(exact) / len(rows),
-                "accuracy_heard_exactly": sum(exact) / len(exact) if exact else None,
-                "accuracy_misheard": sum(off) / len(off) if off else None}
-
-    out = split(groups.pop("all")) if replies else {"n": 0}
-    out["per_voice"] = {voice: split(rows) for voice, rows in sorted(groups.items())}
-    return out
 
 
 def _merge(summaries: list[dict]) -> dict:

@@ -1,8 +1,9 @@
-"""eval-model's split of a spoken set by how it was heard (engine.train.evaluate.hearing)."""
+"""eval-model's split of a spoken set by how it was heard (engine.train.hearing)."""
 
 import random
 
-from diffvoice.engine.train.evaluate import Reply, heard_words, hearing
+from diffvoice.engine.train.evaluate import Reply
+from diffvoice.engine.train.hearing import heard_words, hearing
 from diffvoice.engine.train.independent import load_independent
 from diffvoice.latency_bench.wer import edit_distance
 
