@@ -129,6 +129,13 @@ class ServeConfig(SessionLimits):
     max_sessions: int = field(
         default=32, metadata=_help("concurrent browser/phone sessions; more are refused")
     )
+    max_phone_calls: int | None = field(
+        default=None,
+        metadata=_help("concurrent Twilio phone calls (they also count against max_sessions; "
+                       "they are exempt from max_sessions_per_ip); more are refused (busy "
+                       "TwiML, stream 1013). Default: half of max_sessions (at least 1), so "
+                       "phone streams alone cannot lock browser callers out"),
+    )
     latency_log: str | None = field(
         default=None, metadata=_help("append one JSON line per bot turn to this file")
     )
@@ -296,6 +303,12 @@ class ServeConfig(SessionLimits):
             raise ValueError(f"steps_per_block must be >= 1, got {self.steps_per_block!r}")
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions!r}")
+        if self.max_phone_calls is not None and (
+            isinstance(self.max_phone_calls, bool) or not isinstance(self.max_phone_calls, int)
+            or not 1 <= self.max_phone_calls <= self.max_sessions
+        ):
+            raise ValueError(f"max_phone_calls must be an integer in [1, max_sessions="
+                             f"{self.max_sessions}], got {self.max_phone_calls!r}")
         if isinstance(self.api_keys, str):
             object.__setattr__(self, "api_keys", _split_csv(self.api_keys))
         if not all(isinstance(k, str) and k for k in self.api_keys):

@@ -12,6 +12,8 @@
     state.receptionist   # ReceptionistTools (appointment book) for voice calls, or None
     state.client_slots   # voice.call_limits.ClientSlots (per-IP /ws session cap)
     state.session_tokens # voice.access.SessionTokens (what POST /session-token hands out)
+    state.phone_admission  # serve --workers: Twilio stream claims + phone-call cap shared by
+                           # every worker (voice.scale.phone_calls); None: the router's own
 
 With `config.api_only` no ASR/TTS is loaded (asr/tts are None). Knows nothing about FastAPI.
 """
@@ -62,6 +64,9 @@ class AppState:
     loop_lag: Any = None  # voice.loop_lag.LoopLag, started by the app's lifespan
     # voice.scale.workers.WorkerAdmission when this process is one of `serve --workers N`
     shared_admission: Any = None
+    # voice.scale.phone_calls.WorkerPhoneCalls with `serve --workers N` (one stream per call and
+    # the phone-call cap across every worker); None: the Twilio router keeps its own
+    phone_admission: Any = None
 
     def __post_init__(self) -> None:
         from diffvoice.voice.access import SessionTokens

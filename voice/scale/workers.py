@@ -26,7 +26,9 @@ Contract:
   `/metrics` is the worker that answered; `GET /metrics/cluster` merges every live worker's
   (fetched from their private sockets; same credentials as /metrics); `GET /workers` lists them.
 - /ws session tokens (voice.access.SessionTokens) are signed with one secret for all workers.
-  Twilio's stream token is an HMAC of the CallSid, so any worker can take a webhook's stream.
+  Twilio's stream token is an HMAC under the auth token, so any worker can take a webhook's
+  stream; its single use (one stream per CallSid) and the phone-call cap are held across every
+  worker by `SharedAdmission.phone` (voice.scale.phone_calls), set as `state.phone_admission`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import Request  # a module-level name: FastAPI resolves the routes' annotations
+
+from diffvoice.voice.scale.phone_calls import SharedPhoneCalls
 
 SLOTS = 1024  # per-IP table entries per worker (a worker holds at most max_sessions)
 _EMPTY = 0
@@ -71,6 +75,7 @@ class SharedAdmission:
         self._sessions = ctx.RawArray("i", workers)
         self._keys = ctx.RawArray("q", workers * SLOTS)
         self._counts = ctx.RawArray("i", workers * SLOTS)
+        self.phone = SharedPhoneCalls(workers, ctx)  # Twilio stream claims + phone-call cap
 
     def for_worker(self, k: int) -> WorkerAdmission:
         if not 0 <= k < self.workers:
@@ -79,6 +84,7 @@ class SharedAdmission:
 
     def reset(self, k: int) -> None:
         """Forget worker k's sessions and slots (it died; its calls are gone)."""
+        self.phone.reset(k)
         with self._lock:
             self._sessions[k] = 0
             for i in range(k * SLOTS, (k + 1) * SLOTS):
@@ -246,6 +252,7 @@ def serve_worker(config, k: int, listen: socket.socket, private: socket.socket,
     from diffvoice.voice.access import SessionTokens
     from diffvoice.voice.cli_serve import StartupError, build_app, load_state
     from diffvoice.voice.scale.metrics import ReplicaMetrics
+    from diffvoice.voice.telephony.admission import claim_retention_s, phone_call_limit
     from diffvoice.voice.transport.keepalive import KeepaliveWebSocketProtocol
 
     if config.malloc_arena_max:
@@ -265,6 +272,8 @@ def serve_worker(config, k: int, listen: socket.socket, private: socket.socket,
     state.active_sessions = SharedSessions(view)
     state.session_tokens = SessionTokens(secret)
     state.shared_admission = view
+    state.phone_admission = admission.phone.for_worker(
+        k, phone_call_limit(config), claim_retention_s(config))
     app = build_app(state)
     _mount_cluster_routes(app, state, peers, k)
     if ready is not None:

@@ -9,12 +9,20 @@ voice.state.AppState; uses ``config``, and when present ``latency_log``, ``activ
 - ``POST /telephony/twilio/voice``: checks ``X-Twilio-Signature`` against the public webhook URL
   and the form parameters (403 and a log line if missing or wrong), then answers TwiML
   ``<Connect><Stream url="wss://PUBLIC/telephony/twilio/stream">`` with ``<Parameter>``s
-  ``CallSid``, ``From``, ``To`` and ``token`` (an HMAC of the CallSid, see
-  :mod:`voice.telephony.signature`).
+  ``CallSid``, ``From``, ``To`` and ``token`` (bound to the CallSid and From, expiring in 60 s:
+  :mod:`voice.telephony.signature`). At ``max_sessions`` or at the phone-call cap it answers
+  TwiML that says the lines are busy and hangs up.
 - ``WS /telephony/twilio/stream``: reads ``connected``/``start`` (closing the socket with a code
-  and reason if they are wrong or the token does not match), then runs one pipeline from
+  and reason if they are wrong), then admits the stream only if its token verifies for the
+  ``start``'s CallSid and the ``From`` parameter (1008 "stream token missing or invalid" /
+  "stream token expired"), its CallSid has had no stream yet (1008 "call already has a
+  stream": tokens are single use, one stream per call), a phone-call slot is free (1013
+  "phone lines busy", :func:`voice.telephony.admission.phone_call_limit`) and the server is
+  under ``max_sessions`` (1013). Then it runs one pipeline from
   :func:`voice.pipeline.build_pipeline` over :class:`TwilioMediaStreamTransport` until Twilio
   sends ``stop``, the socket drops, or the pipeline ends. Every outcome is confined to that call.
+  The stream's single-use claims and phone slots are ``state.phone_admission`` (shared by every
+  worker with ``serve --workers``), else the router's own :class:`PhoneAdmission`.
 - ``POST /telephony/twilio/status``: signature-checked; appends one JSON line
   ``{"type": "twilio.status", "t": ..., <call/stream status fields>}`` to the log (phone numbers
   are not logged).
@@ -54,6 +62,11 @@ from fastapi.responses import PlainTextResponse, Response
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.call_limits import CallWatchdog
 from diffvoice.voice.telephony import signature, twiml
+from diffvoice.voice.telephony.admission import (
+    PhoneAdmission,
+    claim_retention_s,
+    phone_call_limit,
+)
 from diffvoice.voice.telephony.config import (
     STATUS_PATH,
     STREAM_PATH,
@@ -212,8 +225,11 @@ def make_router(
     for warning in startup_warnings(cfg):
         logger.warning("!!! %s", warning)
     calls = calls if calls is not None else ActiveCalls()
+    phones = getattr(state, "phone_admission", None) or PhoneAdmission(
+        phone_call_limit(state.config), claim_retention_s(state.config))
     router = APIRouter()
     router.calls = calls  # type: ignore[attr-defined]  # for the server's /healthz and tests
+    router.phones = phones  # type: ignore[attr-defined]
     status_log = _log_writer(state, cfg.status_callback_log)
 
     @router.post(VOICE_PATH)
@@ -225,8 +241,11 @@ def make_router(
         call_sid = fields.get("CallSid", "")
         if not call_sid:
             return PlainTextResponse("missing CallSid", status_code=400)
-        if _at_capacity(state):
-            logger.warning("twilio %s: refused, server at max_sessions", call_sid)
+        full = _at_capacity(state) or (
+            phones.limit is not None and phones.open_calls() >= phones.limit)
+        if full:
+            logger.warning("twilio %s: refused, server at max_sessions or max_phone_calls",
+                           call_sid)
             body = twiml.say_and_hang_up("Sorry, all our lines are busy. Please call again later.")
             return Response(body, media_type="application/xml")
         stream_params = {
@@ -235,7 +254,8 @@ def make_router(
             "To": fields.get("To", ""),
         }
         if cfg.twilio_auth_token:
-            stream_params["token"] = signature.stream_token(cfg.twilio_auth_token, call_sid)
+            stream_params["token"] = signature.stream_token(
+                cfg.twilio_auth_token, call_sid, caller=stream_params["From"])
         status_url = cfg.public_http_url(STATUS_PATH)
         try:
             body = twiml.connect_stream(
@@ -270,19 +290,39 @@ def make_router(
             logger.warning("twilio: closing stream: %s", e)
             await ws.close(code=e.code, reason=e.reason)
             return
-        if cfg.twilio_validate and not signature.stream_token_matches(
-            cfg.twilio_auth_token or "", start.call_sid, start.custom_parameters.get("token")
-        ):
-            logger.warning("twilio %s: closing stream: bad or missing token", start.call_sid)
-            await ws.close(code=CLOSE_POLICY, reason="stream token missing or invalid")
+        refusal = _refusal(cfg, phones, start)
+        if refusal is None and _at_capacity(state):
+            phones.release()
+            refusal = (CLOSE_TRY_AGAIN_LATER, "server at capacity")
+        if refusal is not None:
+            logger.warning("twilio %s: closing stream: %s", start.call_sid, refusal[1])
+            await ws.close(code=refusal[0], reason=refusal[1])
             return
-        if _at_capacity(state):
-            logger.warning("twilio %s: closing stream: server at max_sessions", start.call_sid)
-            await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason="server at capacity")
-            return
-        await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
+        try:
+            await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
+        finally:
+            phones.release()
 
     return router
+
+
+def _refusal(cfg: TelephonyConfig, phones, start: StreamStart) -> tuple[int, str] | None:
+    """(close code, reason) when this stream may not run, else None with a phone slot held:
+    a token that does not verify for this CallSid and From, a CallSid that already had its
+    stream (checked and claimed at once: single use), or every phone slot taken."""
+    if cfg.twilio_validate:
+        why = signature.check_stream_token(
+            cfg.twilio_auth_token or "", start.call_sid, start.custom_parameters.get("token"),
+            caller=start.custom_parameters.get("From", ""))
+        if why == "expired":
+            return CLOSE_POLICY, "stream token expired"
+        if why is not None:
+            return CLOSE_POLICY, "stream token missing or invalid"
+    if not phones.claim(start.call_sid):
+        return CLOSE_POLICY, "call already has a stream"
+    if not phones.acquire():
+        return CLOSE_TRY_AGAIN_LATER, "phone lines busy"
+    return None
 
 
 @dataclass(frozen=True)

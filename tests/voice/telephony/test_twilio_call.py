@@ -79,7 +79,7 @@ async def test_call_answers_barges_in_and_tears_down(live_server, server_state, 
         "CallSid": CALL_SID,
         "From": "+15550100",
         "To": "+15550199",
-        "token": signature.stream_token(TOKEN, CALL_SID),
+        "token": signature.stream_token(TOKEN, CALL_SID, caller="+15550100"),
     }
     with live_server(app) as (_http, ws_base):
         url = ws_base + "/telephony/twilio/stream"

@@ -54,7 +54,7 @@ def state(engine, tmp_path):
 
 def _params(call_sid: str) -> dict:
     return {"CallSid": call_sid, "From": "+1555", "To": "+1556",
-            "token": signature.stream_token(TOKEN, call_sid)}
+            "token": signature.stream_token(TOKEN, call_sid, caller="+1555")}
 
 
 async def _wait(predicate, within_s, what):

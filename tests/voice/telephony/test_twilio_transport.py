@@ -111,7 +111,8 @@ async def test_media_marks_clear_and_stop(live_server, app_and_seen, tmp_path):
     speech = spoken_ulaw("hello there", tmp_path / "hello")
     call_sid = "CA" + "a" * 32
     with live_server(app) as (_http, ws_base):
-        async with peer(ws_base, call_sid, signature.stream_token(TOKEN, call_sid)) as p:
+        async with peer(ws_base, call_sid, signature.stream_token(TOKEN, call_sid,
+                                                                caller="+15550100")) as p:
             p.say(speech)
             await wait_until(lambda: len(calls) == 1, scaled(10))
             await p.dtmf("1")

@@ -70,7 +70,10 @@ def test_valid_signature_gets_stream_twiml(server):
     params = {p.get("name"): p.get("value") for p in stream.findall("Parameter")}
     assert params["CallSid"] == CALL["CallSid"]
     assert params["From"] == CALL["From"] and params["To"] == CALL["To"]
-    assert signature.stream_token_matches(TOKEN, CALL["CallSid"], params["token"])
+    assert signature.stream_token_matches(TOKEN, CALL["CallSid"], params["token"],
+                                          caller=CALL["From"])
+    # bound to the caller: the same token with another From does not verify
+    assert not signature.stream_token_matches(TOKEN, CALL["CallSid"], params["token"])
 
 
 @pytest.mark.parametrize("case", ["tampered", "wrong_token", "missing", "other_url"])
