@@ -70,6 +70,21 @@ class SessionLimits:
         metadata=_help("with --api-keys, still serve /metrics and the full /healthz without a key"),
     )
 
+    # --- caller audio at the speed of speech (voice.ingest_limit) ---
+    audio_rate_limit: float = field(
+        default=1.5,
+        metadata=_help("caller audio (/ws and Twilio) accepted at most this many times real "
+                       "time, plus --audio-burst-s; past that frames are refused and, once the "
+                       "refused audio passes --audio-burst-s too, the call is closed (1008 "
+                       "audio_too_fast). 0: no limit"),
+    )
+    audio_burst_s: float = field(
+        default=2.0,
+        metadata=_help("seconds of caller audio a call may send beyond --audio-rate-limit at "
+                       "once (e.g. after a network stall), and the refused excess after which "
+                       "it is closed"),
+    )
+
     # --- WebSocket keepalive (voice.transport.keepalive) ---
     ws_ping_interval_s: float = field(
         default=20.0,
@@ -107,6 +122,14 @@ class SessionLimits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")
+        rate = self.audio_rate_limit
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
+                rate == 0 or rate >= 1):
+            raise ValueError(f"audio_rate_limit must be 0 (off) or >= 1 (x real time), "
+                             f"got {rate!r}")
+        if isinstance(self.audio_burst_s, bool) or not isinstance(
+                self.audio_burst_s, (int, float)) or not self.audio_burst_s > 0:
+            raise ValueError(f"audio_burst_s must be a number > 0, got {self.audio_burst_s!r}")
         if isinstance(self.allowed_origins, str):
             object.__setattr__(self, "allowed_origins", _split_csv(self.allowed_origins))
         for origin in self.allowed_origins:

@@ -15,6 +15,14 @@ drops on the floor:
   itself; the count is in ``malformed`` and past ``MAX_MALFORMED`` ``on_malformed_limit`` is
   called once (the router then closes that call with 1007 "malformed_messages");
 - every valid ``media`` message calls ``on_media`` (the router's idle watchdog);
+- caller audio is admitted at the speed of speech (voice.ingest_limit, 8 kHz mu-law = 8000
+  payload bytes a second): beyond ``audio_rate_limit`` x real time plus ``audio_burst_s`` a
+  ``media`` message's audio is refused (never queued); once the refused audio passes
+  ``audio_burst_s`` too, ``on_too_fast`` is called once and every later ``media`` is refused.
+  :class:`TwilioMediaStreamTransport` sets ``on_too_fast`` to close the stream with 1008
+  ``audio_too_fast`` (the router then ends the call as for any closed socket). The limit is
+  ``ingest_limit`` when given, else the serve config's when the app is ``diffvoice serve``'s
+  (``app.state.diffvoice``), else the defaults (1.5x, 2 s);
 - caller audio is decoded from the message already parsed (mu-law by table,
   voice.telephony.mulaw, then pipecat's own soxr stream resampler to the pipeline rate) instead
   of pipecat's deserialize, which parses every 20 ms message's JSON a second time (3-4% of the
@@ -35,8 +43,10 @@ No FastAPI routing, signature checks or latency logging here.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import time
@@ -62,6 +72,7 @@ from pipecat.transports.websocket.fastapi import (
     FastAPIWebsocketTransport,
 )
 
+from diffvoice.voice.ingest_limit import ACCEPT, CLOSE, CLOSE_REASON, IngestLimit, mulaw_seconds
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 from diffvoice.voice.telephony import mulaw
 from diffvoice.voice.telephony.playout import PlayoutTracker
@@ -71,6 +82,7 @@ from diffvoice.voice.transport.vad_aligned import VadAlignedInput
 logger = logging.getLogger(__name__)
 
 TWILIO_SAMPLE_RATE = 8000
+CLOSE_POLICY_VIOLATION = 1008  # audio_too_fast
 MAX_MALFORMED = 50  # malformed messages one call may send before it is closed (1007)
 MAX_MEDIA_PAYLOAD_CHARS = 64 * 1024  # base64; Twilio sends 20 ms = 160 bytes = 216 chars
 
@@ -88,6 +100,7 @@ class CallSerializer(TwilioFrameSerializer):
         account_sid: str | None = None,
         auth_token: str | None = None,
         rest_base_url: str | None = None,
+        ingest_limit: IngestLimit | None = None,
     ):
         auto_hang_up = bool(account_sid and call_sid and auth_token)
         super().__init__(
@@ -114,6 +127,9 @@ class CallSerializer(TwilioFrameSerializer):
         self.on_malformed_limit: Callable[[], None] | None = None  # once, past MAX_MALFORMED
         self.malformed = 0
         self.malformed_limit_hit = False
+        self.ingest_limit = ingest_limit  # None: TwilioMediaStreamTransport picks one
+        self.on_too_fast: Callable[[], None] | None = None  # once, past the ingest limit
+        self.too_fast = False
 
     async def serialize(self, frame: Frame) -> str | bytes | None:
         if self.stopped and isinstance(frame, (EndFrame, CancelFrame)):
@@ -132,6 +148,20 @@ class CallSerializer(TwilioFrameSerializer):
             self.malformed_limit_hit = True
             if self.on_malformed_limit is not None:
                 self.on_malformed_limit()
+
+    def _admit(self, nbytes: int) -> bool:
+        """Whether `nbytes` of caller mu-law go on to the pipeline (voice.ingest_limit)."""
+        if self.ingest_limit is None:
+            self.ingest_limit = IngestLimit()
+        verdict = self.ingest_limit.admit(mulaw_seconds(nbytes, TWILIO_SAMPLE_RATE))
+        if verdict == CLOSE and not self.too_fast:
+            self.too_fast = True
+            logger.warning("twilio %s: caller audio faster than %gx real time (+%g s): %.1f s "
+                           "refused, closing", self.call_sid, self.ingest_limit.rate,
+                           self.ingest_limit.burst_s, self.ingest_limit.refused_s)
+            if self.on_too_fast is not None:
+                self.on_too_fast()
+        return verdict == ACCEPT
 
     def _check(self, message) -> str | None:
         """Why a decoded message cannot be used, or None."""
@@ -171,7 +201,10 @@ class CallSerializer(TwilioFrameSerializer):
         if event == "media":  # what pipecat's deserialize does, without parsing the JSON again
             if self.on_media is not None:
                 self.on_media()
-            pcm = mulaw.decode_fast(base64.b64decode(message["media"]["payload"])).tobytes()
+            ulaw = base64.b64decode(message["media"]["payload"])
+            if not self._admit(len(ulaw)):
+                return None
+            pcm = mulaw.decode_fast(ulaw).tobytes()
             pcm = await self._input_resampler.resample(pcm, TWILIO_SAMPLE_RATE, self._sample_rate)
             if not pcm:
                 return None
@@ -251,6 +284,14 @@ class _VadAlignedInputTransport(VadAlignedInput, FastAPIWebsocketInputTransport)
     """Twilio's 20 ms media frames reach the pipeline as whole 32 ms VAD windows."""
 
 
+def _serve_config(websocket):
+    """`diffvoice serve`'s ServeConfig (voice.server.create_app sets app.state.diffvoice), or
+    None for an app without one."""
+    app = getattr(websocket, "scope", {}).get("app")
+    state = getattr(getattr(app, "state", None), "diffvoice", None)
+    return getattr(state, "config", None)
+
+
 class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
     """FastAPIWebsocketTransport for one Twilio call, with mark-based playout tracking."""
 
@@ -266,6 +307,11 @@ class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
             allowed_origins=[],
         )
         super().__init__(websocket, params)
+        if serializer.ingest_limit is None:
+            serializer.ingest_limit = IngestLimit.from_config(_serve_config(websocket))
+        self._too_fast_close: asyncio.Future | None = None  # kept: a task must be referenced
+        serializer.on_too_fast = lambda: setattr(
+            self, "_too_fast_close", asyncio.ensure_future(self._close_too_fast(websocket)))
         self._input = _VadAlignedInputTransport(
             self, self._client, self._params, name=self._input_name
         )
@@ -277,3 +323,8 @@ class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
             stream_sid=serializer.stream_sid,
             tracker=tracker,
         )
+
+    @staticmethod
+    async def _close_too_fast(websocket) -> None:
+        with contextlib.suppress(Exception):  # already closed: nothing to do
+            await websocket.close(code=CLOSE_POLICY_VIOLATION, reason=CLOSE_REASON)

@@ -60,6 +60,7 @@ ERROR_CLOSE_CODES: dict[str, int] = {
     "handshake_timeout": CLOSE_POLICY_VIOLATION,  # no first message within handshake_timeout_s
     "idle_timeout": CLOSE_POLICY_VIOLATION,  # no caller audio for idle_timeout_s
     "max_duration": CLOSE_POLICY_VIOLATION,  # the call reached max_call_s
+    "audio_too_fast": CLOSE_POLICY_VIOLATION,  # caller audio beyond audio_rate_limit + burst
     "internal": CLOSE_INTERNAL_ERROR,  # server bug; the session cannot continue
 }
 

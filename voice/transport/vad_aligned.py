@@ -33,6 +33,11 @@ counted in samples, so a pause in the caller's audio is no backlog) above
 CATCH_UP_BACKLOG_SECS makes new frames CATCH_UP_WINDOWS windows long (0.256 s) until it is
 back under: 8x fewer VAD round trips while the call catches up, speech / silence decided up to
 0.224 s later meanwhile. `catch_up_frames` counts such frames.
+
+The input queue is bounded: caller audio waiting in it (`queued_secs`, counted as frames go in
+and come out) may not exceed MAX_QUEUED_SECS; a frame that would is dropped (`dropped_secs`,
+logged once per call). Callers are already held to the speed of speech (voice.ingest_limit), so
+this only bites when the pipeline falls that far behind; memory stays bounded either way.
 """
 
 from __future__ import annotations
@@ -40,12 +45,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from loguru import logger
 from pipecat.frames.frames import InputAudioRawFrame
 
 WINDOW_SECS = 0.032
 MAX_MERGED_WINDOWS = 16  # a backlog goes downstream in frames of at most 0.512 s
 CATCH_UP_BACKLOG_SECS = 0.1  # audio pushed on but not yet at the VAD beyond this: catch up
 CATCH_UP_WINDOWS = 8  # frames of 0.256 s while catching up
+MAX_QUEUED_SECS = 20.0  # caller audio waiting in the input queue; beyond it frames are dropped
 
 
 def _window_bytes(rate: int, channels: int) -> int:
@@ -64,6 +71,9 @@ class VadAlignedInput:
         # seconds of that audio the VAD has not received yet (set by the pipeline), or None
         self.backlog: Callable[[], float] | None = None
         self.catch_up_frames = 0  # frames sent as CATCH_UP_WINDOWS because of a backlog
+        self.queued_secs = 0.0  # caller audio in pipecat's input queue, not yet taken
+        self.dropped_secs = 0.0  # caller audio dropped because the queue was full
+        self._counted_queue = None  # the queue queued_secs counts (pipecat makes it in start)
 
     async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
         fmt = (frame.sample_rate, frame.num_channels)
@@ -87,21 +97,41 @@ class VadAlignedInput:
         del self._pending[:nbytes]
         frame = InputAudioRawFrame(audio=audio, sample_rate=rate, num_channels=channels)
         frame.received_t = time.time()  # when its last wire frame arrived (voice.lag_watch)
-        self.pushed_secs += nbytes / (2 * channels * rate)
+        secs = nbytes / (2 * channels * rate)
+        queue = getattr(self, "_audio_in_queue", None)
+        if queue is not None:
+            if queue is not self._counted_queue:
+                self._counted_queue, self.queued_secs = queue, 0.0
+            if self.queued_secs + secs > MAX_QUEUED_SECS:
+                if not self.dropped_secs:
+                    logger.warning(f"{self}: caller audio input queue full ({MAX_QUEUED_SECS:g} "
+                                   "s behind): dropping caller audio until it drains")
+                self.dropped_secs += secs
+                return
+            queued_before = queue.qsize()
+        self.pushed_secs += secs
         await super().push_audio_frame(frame)
+        if queue is not None and queue.qsize() > queued_before:
+            self.queued_secs += secs
+
+    def _taken(self, frame: InputAudioRawFrame) -> InputAudioRawFrame:
+        """`frame` left the input queue: no longer counted in queued_secs."""
+        secs = len(frame.audio) / (2 * frame.num_channels * frame.sample_rate)
+        self.queued_secs = max(0.0, self.queued_secs - secs)
+        return frame
 
     async def _audio_task_handler(self) -> None:
         queue = self._audio_in_queue
         carry = None  # a frame taken from the queue that did not fit the last merge
         while True:
-            first = carry if carry is not None else await queue.get()
+            first = carry if carry is not None else self._taken(await queue.get())
             carry = None
             frames = [first]
             fmt = (first.sample_rate, first.num_channels)
             budget = _window_bytes(*fmt) * MAX_MERGED_WINDOWS
             size = len(first.audio)
             while not queue.empty():  # a backlog: what is queued goes on as one frame
-                nxt = queue.get_nowait()
+                nxt = self._taken(queue.get_nowait())
                 if (nxt.sample_rate, nxt.num_channels) != fmt or size + len(nxt.audio) > budget:
                     carry = nxt
                     break

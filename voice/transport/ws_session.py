@@ -15,7 +15,10 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
    error's
    close code (reason = error code) — other sessions never notice;
 5. limits (ServeConfig): no caller audio for `idle_timeout_s` -> "idle_timeout", the call
-   `max_call_s` old -> "max_duration" (both 1008, with an error event first);
+   `max_call_s` old -> "max_duration" (both 1008, with an error event first); caller audio
+   faster than `audio_rate_limit` x real time beyond `audio_burst_s` (voice.ingest_limit) is
+   refused frame by frame, never queued, and once the refused audio passes `audio_burst_s` too
+   -> "audio_too_fast" (1008);
 6. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
 
@@ -37,6 +40,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.access import origin_allowed, ws_credential_ok
 from diffvoice.voice.call_limits import CallWatchdog
+from diffvoice.voice.ingest_limit import CLOSE, DROP, IngestLimit, pcm_seconds
 from diffvoice.voice.pipeline import build_pipeline
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.browser import BrowserTransport
@@ -56,6 +60,7 @@ class BrowserSession:
         self.client_ip = websocket.client.host if websocket.client else "?"
         self._send_lock = asyncio.Lock()
         self._open = True
+        self.ingest = IngestLimit.from_config(state.config)
 
     # ------------------------------------------------------------------ sending
 
@@ -300,6 +305,13 @@ class BrowserSession:
 
     async def _handle(self, message: protocol.ClientMessage, transport: BrowserTransport) -> None:
         if isinstance(message, protocol.AudioIn):
+            verdict = self.ingest.admit(pcm_seconds(len(message.pcm), protocol.INPUT_SAMPLE_RATE))
+            if verdict == CLOSE:
+                raise protocol.ProtocolError(
+                    "audio_too_fast", f"caller audio faster than {self.ingest.rate:g}x real time "
+                    f"(+{self.ingest.burst_s:g} s): {self.ingest.refused_s:.1f} s refused")
+            if verdict == DROP:
+                return  # over the rate: refused, never queued
             await transport.input().push_pcm(message.pcm)
         elif isinstance(message, protocol.Ping):
             await self.send_event(protocol.Pong())

@@ -189,3 +189,33 @@ async def test_a_backlog_before_the_vad_makes_frames_longer_until_it_is_gone():
     assert all(n == 1 for n in sizes[:start]) and all(n == 1 for n in sizes[back + 2:])
     assert b"".join(f.audio for f in sink.pushed) == bytes(sent[:len(sent) // 1024 * 1024])
     assert abs(sink.pushed_secs - sum(sizes) * 0.032) < 1e-9
+
+
+async def test_the_input_queue_is_bounded_and_drains():
+    """Caller audio waiting in pipecat's input queue never exceeds MAX_QUEUED_SECS: with no
+    consumer, 30 s pushed leaves 20 s queued and the rest dropped; taken frames free room."""
+    import asyncio
+
+    from diffvoice.voice.transport.vad_aligned import MAX_QUEUED_SECS
+
+    class _Queued:
+        def __init__(self) -> None:
+            self._audio_in_queue = asyncio.Queue()
+
+        async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
+            await self._audio_in_queue.put(frame)
+
+    class _Bounded(VadAlignedInput, _Queued):
+        pass
+
+    sink = _Bounded()
+    for _ in range(1500):  # 30 s of 20 ms frames
+        await sink.push_audio_frame(_frame(b"\x01\x00" * 320))
+    queued = sum(len(f.audio) for f in sink._audio_in_queue._queue) / 32000
+    assert abs(queued - MAX_QUEUED_SECS) < 0.05 and abs(sink.queued_secs - queued) < 1e-6
+    assert abs(sink.dropped_secs + queued - 30.0) < 0.05
+    while not sink._audio_in_queue.empty():
+        sink._taken(sink._audio_in_queue.get_nowait())
+    assert sink.queued_secs == 0.0
+    await sink.push_audio_frame(_frame(b"\x01\x00" * 512))
+    assert sink._audio_in_queue.qsize() == 1  # room again

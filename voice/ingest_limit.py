@@ -1,0 +1,94 @@
+"""Caller audio at the speed of speech: a token bucket measured in seconds of audio.
+
+Contract: one `IngestLimit(rate, burst_s)` per call (a /ws session or a Twilio media stream);
+`admit(audio_s)` is asked about every caller audio frame, its length in seconds counted from its
+sample count (`pcm_seconds`, `mulaw_seconds`), and answers
+- `ACCEPT`: hand the frame to the pipeline. The bucket holds at most `burst_s` seconds of audio
+  (full at the start) and refills at `rate` seconds of audio per second of wall time; a frame is
+  accepted while the bucket is not empty (it may overdraw it by that one frame, so a 64 KiB
+  frame of 2.048 s is not refused for its size alone);
+- `DROP`: the bucket is empty: the frame is refused (never queued) and counted as excess;
+- `CLOSE`: the excess refused since the bucket was last full passed `max_excess_s` (default
+  `burst_s`): the caller sends faster than `rate` x real time; close the call (docs/protocol.md:
+  1008 `audio_too_fast`).
+The excess is forgotten once the bucket is full again, so a real-time caller whose network
+delivered a few seconds late in one burst loses at most that burst's excess, and is not closed.
+A caller at or below `rate` x real time is never refused. `rate=0` turns the limit off (every
+frame ACCEPT).
+
+Knows nothing about sockets, pipecat or the wire formats beyond sample counting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+ACCEPT = "accept"
+DROP = "drop"
+CLOSE = "close"
+
+DEFAULT_RATE = 1.5  # x real time
+DEFAULT_BURST_S = 2.0  # seconds of audio beyond the rate, e.g. after a network stall
+CLOSE_REASON = "audio_too_fast"
+
+
+def pcm_seconds(nbytes: int, sample_rate: int, channels: int = 1) -> float:
+    """Seconds of 16-bit PCM in `nbytes` bytes."""
+    return nbytes / (2 * channels * sample_rate)
+
+
+def mulaw_seconds(nbytes: int, sample_rate: int = 8000) -> float:
+    """Seconds of 8-bit mu-law (one byte a sample: Twilio's 8 kHz = 8000 bytes/s)."""
+    return nbytes / sample_rate
+
+
+@dataclass
+class IngestLimit:
+    rate: float = DEFAULT_RATE
+    burst_s: float = DEFAULT_BURST_S
+    max_excess_s: float | None = None  # None: burst_s
+    clock: object = field(default=time.monotonic, repr=False)
+    credit_s: float = field(init=False)
+    excess_s: float = field(init=False, default=0.0)  # refused since the bucket was last full
+    refused_s: float = field(init=False, default=0.0)  # refused in all (for logs)
+    closed: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not (
+                self.rate == 0 or self.rate >= 1):
+            raise ValueError(f"rate must be 0 (off) or >= 1 (x real time), got {self.rate!r}")
+        if not isinstance(self.burst_s, (int, float)) or not self.burst_s > 0:
+            raise ValueError(f"burst_s must be > 0, got {self.burst_s!r}")
+        if self.max_excess_s is None:
+            self.max_excess_s = self.burst_s
+        if not self.max_excess_s > 0:
+            raise ValueError(f"max_excess_s must be > 0, got {self.max_excess_s!r}")
+        self.credit_s = self.burst_s
+        self._last = self.clock()
+
+    @classmethod
+    def from_config(cls, config) -> IngestLimit:
+        """From ServeConfig's `audio_rate_limit` / `audio_burst_s` (defaults when absent)."""
+        return cls(rate=getattr(config, "audio_rate_limit", DEFAULT_RATE),
+                   burst_s=getattr(config, "audio_burst_s", DEFAULT_BURST_S))
+
+    def admit(self, audio_s: float) -> str:
+        if self.rate == 0:
+            return ACCEPT
+        if self.closed:
+            return CLOSE
+        now = self.clock()
+        self.credit_s = min(self.burst_s, self.credit_s + (now - self._last) * self.rate)
+        self._last = now
+        if self.credit_s >= self.burst_s:
+            self.excess_s = 0.0  # the caller kept to the rate long enough: start afresh
+        if self.credit_s > 0:
+            self.credit_s -= audio_s
+            return ACCEPT
+        self.excess_s += audio_s
+        self.refused_s += audio_s
+        if self.excess_s > self.max_excess_s:
+            self.closed = True
+            return CLOSE
+        return DROP
