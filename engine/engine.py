@@ -6,12 +6,16 @@
 A worker thread owns the model: each loop it takes new requests and aborts, asks the scheduler for
 the rows, runs one pass (ModelRunner) and hands committed text to each caller's asyncio queue.
 Cancelling the caller's task, or `abort(request_id)`, frees the slot before the next pass. One
-request's failure never disturbs the others: bad params are rejected before they are queued.
+request's failure never disturbs the others: bad params are rejected before they are queued
+(schemas bounded and compiled off the worker thread, engine.constrained.limits); a row whose own
+schema work raises inside a pass is failed alone (engine.constrained.hook); and should a batched
+pass still raise, each of its rows is re-run alone and only a row that fails alone fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import json
 import logging
@@ -24,10 +28,11 @@ from pathlib import Path
 
 import torch
 
+from diffvoice.engine.constrained.limits import Budget
 from diffvoice.engine.decoding import resolve
 from diffvoice.engine.loader import LoadedModel, load_checkpoint
 from diffvoice.engine.params import EngineConfig, SamplingParams
-from diffvoice.engine.requests import prepare_sequence, prompt_chars
+from diffvoice.engine.requests import needs_compile, prepare_sequence, prompt_chars
 from diffvoice.engine.runner import ModelRunner
 from diffvoice.engine.scheduler import Committed, DraftRefused, EngineOverloaded, Scheduler
 from diffvoice.engine.sequence import Sequence
@@ -82,6 +87,9 @@ class _Pending:
 # prompts up to this many characters are templated and tokenised on the worker thread (well under
 # a millisecond); longer ones on a thread of their own so no pass waits for them
 PREPARE_ON_WORKER_CHARS = 4096
+# threads that prepare long prompts and compile schemas (tools / response_format), off the
+# worker thread: a bound on how much host work concurrent requests can pile up at once
+PREPARE_THREADS = 4
 
 
 def pick_device(name: str) -> torch.device:
@@ -112,7 +120,10 @@ class Engine:
         self._pending: list[_Pending] = []  # short requests the worker prepares itself
         self._closed = False
         self._ids = itertools.count()
+        self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
+            PREPARE_THREADS, thread_name_prefix="diffvoice-prepare")
         self.total_passes = 0
+        self.isolated_passes = 0  # batched passes that failed and were re-run row by row
         self.last_batch_size = 0
         # optional messages -> messages hook run (in a worker thread) on every chat request
         # before it is templated: the receptionist's paraphrase snapping
@@ -144,12 +155,15 @@ class Engine:
     # ------------------------------------------------------------------ caller side
     def prepare(self, messages: list[dict] | str, params: SamplingParams,
                 request_id: str | None = None,
-                chat_template_kwargs: dict | None = None) -> Sequence:
+                chat_template_kwargs: dict | None = None, budget: Budget | None = None
+                ) -> Sequence:
         """Validate and tokenize a request (raises ValueError naming the problem).
         `chat_template_kwargs` become chat-template variables (tools=[...], enable_thinking=...),
-        as in transformers' apply_chat_template and vLLM's request field of that name."""
+        as in transformers' apply_chat_template and vLLM's request field of that name.
+        `budget` (constrained.limits.Budget) bounds a schema compile's time and lets a caller
+        that went away stop it."""
         return prepare_sequence(self, messages, params, request_id or self._new_id(),
-                                chat_template_kwargs)
+                                chat_template_kwargs, budget)
 
     async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None,
@@ -167,12 +181,22 @@ class Engine:
         if self.rewrite_messages is not None and not isinstance(messages, str) \
                 and prompt_chars(messages) <= self.config.max_prompt_chars:
             messages = await asyncio.to_thread(self._rewritten, messages)
-        if prompt_chars(messages) > PREPARE_ON_WORKER_CHARS:
-            # templating + tokenising a long prompt takes a while: never on the caller's event
-            # loop, nor on the worker (it would hold up every running request's next pass). A
-            # caller cancelled meanwhile has queued nothing.
-            seq = await asyncio.to_thread(self.prepare, messages, params, rid,
-                                          chat_template_kwargs)
+        if prompt_chars(messages) > PREPARE_ON_WORKER_CHARS or needs_compile(params) \
+                or chat_template_kwargs:
+            # templating + tokenising a long prompt, or compiling a request's schemas, takes
+            # time that grows with what the request brings: never on the caller's event loop,
+            # nor on the worker (it would hold up every running request's next pass), but on the
+            # bounded prepare pool, under the config's prepare_budget_s. A caller cancelled
+            # meanwhile has queued nothing, and its compile stops at its next budget check.
+            cancelled = threading.Event()
+            budget = Budget(self.config.prepare_budget_s, cancelled)
+            try:
+                seq = await loop.run_in_executor(
+                    self._prepare_pool, self._prepare_budgeted, messages, params, rid,
+                    chat_template_kwargs, budget)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
         # a short prompt is templated and tokenised by the worker thread itself, before its next
         # pass: no thread hand-off per request. Errors (a bad request, EngineOverloaded) come
         # back through the queue and are raised at the first iteration.
@@ -193,6 +217,11 @@ class Engine:
         finally:
             if not finished:
                 self.abort(rid)
+
+    def _prepare_budgeted(self, messages, params, rid, chat_template_kwargs, budget: Budget):
+        budget.start()  # the budget counts this request's own work, not its wait in the pool
+        budget.check()  # a caller that left while queued costs nothing
+        return self.prepare(messages, params, rid, chat_template_kwargs, budget)
 
     def _rewritten(self, messages: list[dict]) -> list[dict]:
         try:
@@ -254,6 +283,7 @@ class Engine:
             self._closed = True
             self._wake.notify()
         self._thread.join(timeout=10)
+        self._prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ worker thread
     def _loop(self) -> None:
@@ -291,30 +321,55 @@ class Engine:
                 continue
             try:
                 out = self.runner.step(rows)
-                for seq, low in zip(rows, out.min_conf or (), strict=False):
-                    if seq.t_first_block is None:
-                        seq.first_block_conf = min(seq.first_block_conf, low)
             except Exception as exc:  # a failed pass fails its rows, never the engine
-                log.exception("denoising pass failed for %d rows", len(rows))
-                with self._lock:
-                    for seq in rows:
-                        self.scheduler.stop(seq, "error")
-                        self._deliver(seq.request_id, exc)
-                continue
-            with self._lock:
-                self.total_passes += 1
-                self.last_batch_size = len(rows)
-                events = self.scheduler.update(rows, out)
-                for ev in events:
-                    try:
-                        self._emit(ev)
-                    except Exception as exc:  # e.g. detokenisation: fail this request only
-                        log.exception("delivering %s failed", ev.seq.request_id)
-                        self.scheduler.stop(ev.seq, "error")
-                        self._deliver(ev.seq.request_id, exc)
+                if len(rows) == 1:
+                    log.exception("denoising pass failed for %s", rows[0].request_id)
+                    self._fail(rows[0], exc)
+                    continue
+                # which row brought it? each row alone: only a row that fails alone fails
+                log.warning("denoising pass of %d rows failed (%r): re-running row by row",
+                            len(rows), exc)
+                self.isolated_passes += 1
                 for seq in rows:
-                    if seq.finish_reason is not None:
-                        self.runner.release(seq)
+                    try:
+                        one = self.runner.step([seq])
+                    except Exception as row_exc:
+                        log.exception("denoising pass failed for %s", seq.request_id)
+                        self._fail(seq, row_exc)
+                        continue
+                    self._after_step([seq], one)
+                continue
+            self._after_step(rows, out)
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        with self._lock:
+            self.scheduler.stop(seq, "error")
+            self.runner.release(seq)
+            self._deliver(seq.request_id, exc)
+
+    def _after_step(self, rows: list[Sequence], out) -> None:
+        """Account one finished pass: fail the rows whose own work raised (out.failed), commit
+        and deliver the others' tokens."""
+        for i, exc in out.failed.items():
+            log.warning("request %s failed in its pass: %r", rows[i].request_id, exc)
+            self._fail(rows[i], exc)
+        for seq, low in zip(rows, out.min_conf or (), strict=False):
+            if seq.t_first_block is None:
+                seq.first_block_conf = min(seq.first_block_conf, low)
+        with self._lock:
+            self.total_passes += 1
+            self.last_batch_size = len(rows)
+            events = self.scheduler.update(rows, out)  # skips the failed (stopped) rows
+            for ev in events:
+                try:
+                    self._emit(ev)
+                except Exception as exc:  # e.g. detokenisation: fail this request only
+                    log.exception("delivering %s failed", ev.seq.request_id)
+                    self.scheduler.stop(ev.seq, "error")
+                    self._deliver(ev.seq.request_id, exc)
+            for seq in rows:
+                if seq.finish_reason is not None:
+                    self.runner.release(seq)
 
     def _queue_pending(self, pending: list[_Pending]) -> None:
         """Prepare (off the lock) the requests generate() left to this thread and queue them; a

@@ -119,6 +119,10 @@ class EngineConfig:
                   graph path does, runnable on CPU; a testing aid).
     max_prompt_chars: total characters of message text one request may carry; longer prompts are
                   refused (ValueError) before the chat template or tokenizer touch them.
+    prepare_budget_s: wall-clock seconds one request's preparation may take on the prepare pool
+                  (a schema compile of tools / response_format); past it the request is refused
+                  (ValueError), as it is once its caller goes away. Inputs are bounded first
+                  (engine.constrained.limits), so a legitimate request takes milliseconds.
     max_drafts:   low-priority draft requests (`generate(..., draft=True)`) in flight at once;
                   one more is refused (DraftRefused). 0 turns drafts off.
     drafts_share_passes: let drafts ride in passes that also carry real requests (cheap on a
@@ -144,6 +148,7 @@ class EngineConfig:
     default_params: SamplingParams = field(default_factory=SamplingParams)
     # characters of message text a request may carry, checked before templating/tokenising
     max_prompt_chars: int = 65536
+    prepare_budget_s: float = 0.5
     max_drafts: int = 8
     drafts_share_passes: bool = False
     warmup_graph_context: int = 512
@@ -164,6 +169,8 @@ class EngineConfig:
             raise ValueError(f"max_seq_len must be >= 16, got {self.max_seq_len}")
         if self.kernels not in ("auto", "triton", "torch"):
             raise ValueError(f"kernels must be auto/triton/torch, got {self.kernels!r}")
+        if not isinstance(self.prepare_budget_s, int | float) or not self.prepare_budget_s > 0:
+            raise ValueError(f"prepare_budget_s must be > 0, got {self.prepare_budget_s!r}")
         if not isinstance(self.max_prompt_chars, int) or self.max_prompt_chars < 1:
             raise ValueError(f"max_prompt_chars must be >= 1, got {self.max_prompt_chars!r}")
         if not self.batch_buckets or list(self.batch_buckets) != sorted(set(self.batch_buckets)):

@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import jinja2
+
 from diffvoice.engine.constrained import build_plan
+from diffvoice.engine.constrained.limits import Budget
 from diffvoice.engine.decoding import resolve
 from diffvoice.engine.params import SamplingParams
 from diffvoice.engine.sequence import Sequence
@@ -25,9 +28,25 @@ def prompt_chars(messages) -> int:
     return sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
 
 
+# names a chat template already has (Jinja's globals and the ones transformers adds): a
+# chat_template_kwargs entry under one of them would replace it and break the template
+TEMPLATE_NAMES = frozenset({"messages", "add_generation_prompt", "namespace", "range", "dict",
+                            "lipsum", "cycler", "joiner", "raise_exception", "strftime_now",
+                            "bos_token", "eos_token", "pad_token", "unk_token", "loop"})
+MAX_TEMPLATE_KWARGS_CHARS = 16384
+
+
+def needs_compile(params: SamplingParams) -> bool:
+    """A request whose preparation compiles a schema (tools / response_format): work that
+    grows with what the request brings, so never done on the engine's worker thread."""
+    return bool(params.tools) or params.response_format is not None
+
+
 def prepare_sequence(engine: Engine, messages: list[dict] | str, params: SamplingParams,
-                     request_id: str, chat_template_kwargs: dict | None) -> Sequence:
-    """Engine.prepare: raises ValueError naming the problem."""
+                     request_id: str, chat_template_kwargs: dict | None,
+                     budget: Budget | None = None) -> Sequence:
+    """Engine.prepare: raises ValueError naming the problem (PreparationAborted, a ValueError,
+    when `budget` runs out or its request is cancelled)."""
     if not isinstance(params, SamplingParams):
         raise ValueError("params must be a SamplingParams")
     if not messages:
@@ -35,8 +54,12 @@ def prepare_sequence(engine: Engine, messages: list[dict] | str, params: Samplin
     kwargs = chat_template_kwargs or {}
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise ValueError("chat_template_kwargs must be a dict with string keys")
-    if {"messages", "add_generation_prompt"} & set(kwargs):
-        raise ValueError("chat_template_kwargs may not set messages or add_generation_prompt")
+    if TEMPLATE_NAMES & set(kwargs):
+        raise ValueError(f"chat_template_kwargs may not set "
+                         f"{', '.join(sorted(TEMPLATE_NAMES & set(kwargs)))} (names the chat "
+                         "template itself uses)")
+    if kwargs and len(repr(kwargs)) > MAX_TEMPLATE_KWARGS_CHARS:
+        raise ValueError(f"chat_template_kwargs: at most {MAX_TEMPLATE_KWARGS_CHARS} characters")
     if kwargs and isinstance(messages, str):
         raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
     chars = prompt_chars(messages)
@@ -46,8 +69,15 @@ def prepare_sequence(engine: Engine, messages: list[dict] | str, params: Samplin
     # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
     if params.tools and "tools" not in kwargs:  # templates with tool support (Qwen, Hermes)
         kwargs = {**kwargs, "tools": list(params.tools)}
-    prompt = (engine.tokenizer.encode(messages) if isinstance(messages, str)
-              else engine.tokenizer.encode_chat(messages, **kwargs))
+    try:
+        prompt = (engine.tokenizer.encode(messages) if isinstance(messages, str)
+                  else engine.tokenizer.encode_chat(messages, **kwargs))
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError,
+            RecursionError) as exc:
+        # the template met a value it cannot use (a message or chat_template_kwargs entry of
+        # the wrong type): the request's fault, said as such
+        raise ValueError(f"the chat template cannot render these messages / "
+                         f"chat_template_kwargs: {type(exc).__name__}: {str(exc)[:200]}") from exc
     mc = engine.model_config
     if params.decoding is None:  # the model's own default (its generation_config.json)
         params = dataclasses.replace(params, decoding=engine.default_decoding)
@@ -58,7 +88,8 @@ def prepare_sequence(engine: Engine, messages: list[dict] | str, params: Samplin
     params, rules = resolve(params, mc)  # the family's own decoding unless "fast"
     plan = build_plan(params.tools, params.tool_choice, params.response_format,
                       engine.tokenizer, int(mc.eos_token_ids[0]), params.max_new_tokens,
-                      messages=None if isinstance(messages, str) else messages)
+                      messages=None if isinstance(messages, str) else messages,
+                      budget=budget)
     state = plan.start() if plan is not None else None
     if state is not None and state.structured:  # the answer is the skeleton: its length
         params = dataclasses.replace(params, max_new_tokens=plan.max_length)

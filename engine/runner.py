@@ -9,7 +9,7 @@ small device-to-host copy (pinned + event on CUDA), never a sync inside the poli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,9 @@ class StepOutput:
     tokens: list[list[int]]  # window tokens after this pass, per row
     remaining: list[int]  # masks left in each row's decode block
     min_conf: list[float] | None = None  # lowest confidence among this pass's commits, per row
+    # rows whose own request-specific work (a schema constraint) raised this pass: row index ->
+    # exception. They committed nothing; the engine fails them alone (engine.constrained.hook)
+    failed: dict[int, BaseException] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -131,7 +134,9 @@ class ModelRunner:
         cur = ids[:, L - W:]
         maskable = (cur == self.mask_id) & plan.in_block
         # schema-constrained rows (tool calls, response_format): logit masks, blocked commits
-        logits, maskable = constrain_pass(rows, logits, wpos, cur, maskable, self.mask_id)
+        faults: dict[int, BaseException] = {}
+        logits, maskable = constrain_pass(rows, logits, wpos, cur, maskable, self.mask_id,
+                                          faults)
         names = plan.names
         pred, conf, entropy = predict(
             logits, self.mask_id, [r.params.temperature for r in rows],
@@ -148,7 +153,7 @@ class ModelRunner:
             commit = torch.where(plan.first_token_rows, slot0, commit)
         new = torch.where(commit, pred, cur)
         if plan.host_count is not None and not self.pinned:
-            return self._finish_on_host(rows, plan, new, commit, conf)
+            return self._finish_on_host(rows, plan, new, commit, conf, faults)
         counted = plan.counted
         if plan.eos_zone is not None:  # some row stops at EOS
             is_eos = (new == self.eos_one if self.eos_one is not None
@@ -183,7 +188,9 @@ class ModelRunner:
             out = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
             step = StepOutput(window_start=plan.window_start,
                               tokens=[h[:-1] for h in out], remaining=[h[-1] for h in out])
-        after_pass(self, rows, step.window_start, step.tokens)  # may lay more of a call's skeleton
+        # may lay more of a call's skeleton
+        after_pass(self, rows, step.window_start, step.tokens, faults)
+        step.failed = faults
         return step
 
     def _some_logits(self, ids: torch.Tensor, plan) -> torch.Tensor | None:
@@ -271,7 +278,7 @@ class ModelRunner:
                     end = toks.index(e, p0, end)
         return toks[d0:end].count(self.mask_id)
 
-    def _finish_on_host(self, rows, plan, new, commit, conf) -> StepOutput:
+    def _finish_on_host(self, rows, plan, new, commit, conf, faults: dict) -> StepOutput:
         """Batch 1 on the CPU: write the window back and read it once; the host counts the
         masks that still decide the answer (plan.host_count) instead of ~10 small device ops."""
         self._view(self.seq, plan.window_write).copy_(new[0])
@@ -281,7 +288,8 @@ class ModelRunner:
         if rows[0].t_first_block is None:  # the lowest committed confidence (micro-units)
             low = float(torch.where(commit, conf, 1.0).amin())
             step.min_conf = [int(low * 1e6) / 1e6]
-        after_pass(self, rows, step.window_start, step.tokens)
+        after_pass(self, rows, step.window_start, step.tokens, faults)
+        step.failed = faults
         return step
 
     def _view(self, t: torch.Tensor, where: tuple[int, int, int], row: bool = False):

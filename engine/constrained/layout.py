@@ -16,23 +16,29 @@ whitespace) fixes the answer's maximum length and each slot's token rows; the de
 is the exact wire text.
 
 Slot kinds (slots.py): `Choice` (a finite candidate list: enum, const, boolean, null, time of day
-"HH:MM" by pattern, integer ranges up to MAX_CHOICES values; nullable variants add `null`) and
-`Free` (free text with a token and character bound, or unbounded integers). Anything else
+"HH:MM" by pattern (matched in RE2: linear time whatever the pattern), integer ranges up to
+MAX_CHOICES values; nullable variants add `null`) and `Free` (free text with a token and
+character bound, or unbounded integers). Anything else
 (arrays, `oneOf`, `number` fractions, unknown patterns, nullable free text) raises ValueError
-naming the schema path. Knows nothing about models or decoding passes.
+naming the schema path. A request's schemas are bounded before they get here
+(limits.check_request) and the compile runs under a Budget (time, cancellation). Knows nothing
+about models or decoding passes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
+import re2
+
+from diffvoice.engine.constrained.limits import Budget
 from diffvoice.engine.constrained.slots import Choice, Free, Vocab
 
 MAX_CHOICES = 2000
 DEFAULT_STRING_TOKENS = 24   # token bound of a free string without maxLength
 MAX_STRING_TOKENS = 64
+MAX_STRING_CHARS = 4096      # a maxLength above this bounds nothing a slot can hold
 INT_TOKENS = 8
 ALL_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(24) for m in range(60))
 # a pattern is taken as a set of "HH:MM" times when it rejects all of these
@@ -52,8 +58,9 @@ class Layout:
 class _Builder:
     """Accumulates fixed text and slots while walking a schema."""
 
-    def __init__(self, vocab: Vocab):
+    def __init__(self, vocab: Vocab, budget: Budget | None = None):
         self.vocab = vocab
+        self.budget = budget
         self.items: list = []  # str (fixed text) | slot spec
 
     def text(self, s: str) -> None:
@@ -70,6 +77,8 @@ class _Builder:
         """Emit `schema`'s value; return its assembly template."""
         if not isinstance(schema, dict):
             raise ValueError(f"{path}: a schema must be an object")
+        if self.budget is not None:
+            self.budget.check(path)
         for bad in ("oneOf", "anyOf", "allOf", "$ref", "not", "if"):
             if bad in schema:
                 raise ValueError(f"{path}: '{bad}' is not supported by constrained decoding")
@@ -78,8 +87,10 @@ class _Builder:
         nullable = "null" in types
         base = [t for t in types if t != "null"]
         if "const" in schema:
-            return ("slot", self.slot(_ChoiceSpec([schema["const"]], path)))
+            return ("slot", self.slot(_ChoiceSpec([schema["const"]], path, budget=self.budget)))
         if "enum" in schema:
+            if not isinstance(schema["enum"], list | tuple):
+                raise ValueError(f"{path}: 'enum' must be a list")
             values = list(schema["enum"])
             if not values:
                 raise ValueError(f"{path}: 'enum' must not be empty")
@@ -87,10 +98,10 @@ class _Builder:
                 values.append(None)
             if not nullable and all(isinstance(v, str) for v in values):
                 self.text('"')
-                idx = self.slot(_ChoiceSpec(values, path, content=True))
+                idx = self.slot(_ChoiceSpec(values, path, content=True, budget=self.budget))
                 self.text('"')
                 return ("slot", idx)
-            return ("slot", self.slot(_ChoiceSpec(values, path)))
+            return ("slot", self.slot(_ChoiceSpec(values, path, budget=self.budget)))
         if not base and nullable:
             return ("slot", self.slot(_ChoiceSpec([None], path)))
         if len(base) != 1:
@@ -99,6 +110,8 @@ class _Builder:
         kind = base[0]
         if kind == "object":
             props = schema.get("properties") or {}
+            if not isinstance(props, dict):
+                raise ValueError(f"{path}.properties: must be an object of schemas")
             self.text("{")
             out = {}
             for i, (key, sub) in enumerate(props.items()):
@@ -114,11 +127,16 @@ class _Builder:
             return ("slot", self.slot(_ChoiceSpec([True, False] + [None] * nullable, path)))
         if kind in ("integer", "number"):
             lo, hi = schema.get("minimum"), schema.get("maximum")
+            for key, v in (("minimum", lo), ("maximum", hi)):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                      or abs(v) > 2 ** 53):
+                    raise ValueError(f"{path}.{key}: must be a finite number within ±2^53")
             if lo is not None and hi is not None and hi - lo + 1 <= MAX_CHOICES:
                 values = list(range(int(-(-lo // 1)), int(hi // 1) + 1))
                 if not values:
                     raise ValueError(f"{path}: empty integer range [{lo}, {hi}]")
-                return ("slot", self.slot(_ChoiceSpec(values + [None] * nullable, path)))
+                return ("slot", self.slot(_ChoiceSpec(values + [None] * nullable, path,
+                                                      budget=self.budget)))
             if nullable:
                 raise ValueError(f"{path}: a nullable unbounded integer is not supported")
             return ("slot", self.slot(_FreeSpec("integer", path, lo=lo, hi=hi)))
@@ -135,26 +153,44 @@ class _Builder:
             if nullable:
                 raise ValueError(f"{path}: a nullable free string is not supported (give an "
                                  "enum or a pattern, or make it required)")
-            min_len = int(schema.get("minLength", 1) or 0)
-            max_len = schema.get("maxLength")
-            max_tokens = min(int(max_len), MAX_STRING_TOKENS) if max_len else DEFAULT_STRING_TOKENS
+            min_len = _length(schema, "minLength", 1, path)
+            max_len = _length(schema, "maxLength", None, path)
+            max_tokens = min(max_len, MAX_STRING_TOKENS) if max_len else DEFAULT_STRING_TOKENS
             if min_len > max_tokens:
                 raise ValueError(f"{path}: minLength {min_len} exceeds the slot bound "
                                  f"{max_tokens} tokens")
             self.text('"')
             idx = self.slot(_FreeSpec("string", path, min_chars=max(min_len, 1),
-                                      max_chars=int(max_len) if max_len else None,
+                                      max_chars=min(max_len, MAX_STRING_CHARS) if max_len
+                                      else None,
                                       max_tokens=max(max_tokens, 1)))
             self.text('"')
             return ("slot", idx)
         raise ValueError(f"{path}: type {kind!r} is not supported by constrained decoding")
 
 
-def _pattern_times(pattern: str, path: str) -> list[str]:
+def _length(schema: dict, key: str, default, path: str):
+    """minLength / maxLength as a non-negative int (any size: callers clamp it)."""
+    value = schema.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value \
+            or value in (float("inf"), float("-inf")) or value < 0 or value != int(value):
+        raise ValueError(f"{path}.{key}: must be a non-negative integer")
+    return int(value)
+
+
+def _pattern_times(pattern, path: str) -> list[str]:
+    """The "HH:MM" times a client's pattern accepts. The pattern runs in RE2 (linear time in
+    the text, whatever the pattern: no client regex can backtrack for seconds); constructs RE2
+    lacks (backreferences, lookaround) are refused."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"{path}.pattern: must be a string")
     try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"{path}: bad pattern {pattern!r}: {exc}") from exc
+        rx = re2.compile(pattern)
+    except re2.error as exc:
+        raise ValueError(f"{path}: bad or unsupported pattern {pattern!r} (patterns are matched "
+                         f"by RE2: no backreferences or lookaround): {exc}") from exc
     times = [t for t in ALL_TIMES if rx.search(t)]
     if not times or any(rx.search(s) for s in _NOT_TIMES):
         raise ValueError(f"{path}: only time-of-day patterns (\"HH:MM\") are supported, got "
@@ -183,19 +219,33 @@ def _legal_splits(text: str, in_string: bool) -> set[int]:
 
 
 class _ChoiceSpec:
-    def __init__(self, values: list, path: str, content: bool = False):
+    def __init__(self, values: list, path: str, content: bool = False,
+                 budget: Budget | None = None):
         self.values, self.path, self.content = values, path, content
+        self.budget = budget
+        self._built: dict[tuple[str, str], tuple] = {}  # (before, after) -> build()
 
     def build(self, vocab: Vocab, before: str, after: str):
         """Tokenize `before + value + after` for every candidate, jointly (so merges across
         the value's edges come out as the model saw them in training); the tokens common to all
         candidates at the front (within `before`) are fixed, the common tail (within `after`,
         starting where JSON allows whitespace) is handed on as text; the middle is the slot.
-        -> (fixed ids, Choice, text still to lay)."""
+        -> (fixed ids, Choice, text still to lay). Memoised per (before, after): the tool-name
+        slot is one spec shared by every tool's layout, built once."""
+        done = self._built.get((before, after))
+        if done is None:
+            done = self._built[(before, after)] = self._build(vocab, before, after)
+        return done
+
+    def _build(self, vocab: Vocab, before: str, after: str):
         texts = [json.dumps(v, ensure_ascii=False) for v in self.values]
         if self.content:  # string content between fixed quotes
             texts = [t[1:-1] for t in texts]
-        rows = [vocab.encode(before + t + after) for t in texts]
+        rows = []
+        for i, t in enumerate(texts):
+            if self.budget is not None and i % 64 == 0:
+                self.budget.check(self.path)
+            rows.append(vocab.encode(before + t + after))
         n = 0
         while all(len(r) > n for r in rows) and len({r[n] for r in rows}) == 1 \
                 and len(vocab.decode(rows[0][: n + 1])) <= len(before):
@@ -256,20 +306,21 @@ def _finish(builder: _Builder, template, eos_id: int, first_after: str | None = 
     return Layout(fixed, slots, pos + 1, template)
 
 
-def compile_value(schema: dict, vocab: Vocab, eos_id: int, path: str = "response_format") -> Layout:
+def compile_value(schema: dict, vocab: Vocab, eos_id: int, path: str = "response_format",
+                  budget: Budget | None = None) -> Layout:
     """Layout of one JSON value (response_format json_schema): the answer is the value, EOS."""
-    b = _Builder(vocab)
+    b = _Builder(vocab, budget)
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise ValueError(f"{path}: the top-level schema must be an object (\"type\": \"object\")")
     template = b.value(schema, path)
     return _finish(b, template, eos_id)
 
 
-def _call_builder(tool_names: list[str], name: str, parameters: dict, vocab: Vocab,
-                  open_text: str, close_text: str) -> _Builder:
-    b = _Builder(vocab)
+def _call_builder(name_spec: _ChoiceSpec, name: str, parameters: dict, vocab: Vocab,
+                  open_text: str, close_text: str, budget: Budget | None) -> _Builder:
+    b = _Builder(vocab, budget)
     b.text(f'{open_text}\n{{"name": "')
-    name_idx = b.slot(_ChoiceSpec(list(tool_names), "tool name", content=True))
+    name_idx = b.slot(name_spec)
     b.text('", "arguments": ')
     args = b.value(parameters, f"tools[{name}].parameters")
     b.text(f"}}\n{close_text}")
@@ -291,11 +342,14 @@ def name_after_text(texts: list[str]) -> str:
 
 
 def compile_calls(functions: list[tuple[str, dict]], forced: str | None, vocab: Vocab,
-                  eos_id: int, open_text: str, close_text: str) -> dict[str, Layout]:
+                  eos_id: int, open_text: str, close_text: str,
+                  budget: Budget | None = None) -> dict[str, Layout]:
     """Layouts of one Hermes-style call per tool; the name slot chooses among the tools (or is
-    the forced one) and is laid identically in every layout."""
+    the forced one) and is laid identically in every layout (one spec, tokenized once: linear
+    in the number of tools)."""
     names = [n for n, _ in functions] if forced is None else [forced]
-    builders = {n: _call_builder(names, n, p, vocab, open_text, close_text)
+    name_spec = _ChoiceSpec(list(names), "tool name", content=True, budget=budget)
+    builders = {n: _call_builder(name_spec, n, p, vocab, open_text, close_text, budget)
                 for n, p in functions}
     after = name_after_text([b.items[2] for b in builders.values()])
     return {n: _finish(b, b.template, eos_id, first_after=after) for n, b in builders.items()}

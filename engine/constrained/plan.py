@@ -9,18 +9,22 @@ are given) -> decide; "required" -> name (or call when one tool); {"type": "func
 whole answer (engine/constrained/json_free.py); {"type": "text"} -> None.
 `messages` (the request's chat messages) narrow the properties that opt in with
 "x-diffvoice-context" (engine/constrained/context.py) before compiling.
-Plans are cached per tokenizer and request shape (the compiled layouts are pure data).
-Raises ValueError naming the offending field on malformed or unsupported input.
+Plans are cached per tokenizer and request shape (the compiled layouts are pure data), and so
+are refusals: a request shape that failed to compile fails again at the cost of a lookup.
+Raises ValueError naming the offending field on malformed, oversized (limits.check_request) or
+unsupported input, or when the compile runs past its `budget` (limits.Budget).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 
 from diffvoice.engine.constrained.context import contextualize
 from diffvoice.engine.constrained.json_free import JsonObjectSlot
 from diffvoice.engine.constrained.layout import Layout, compile_calls, compile_value
+from diffvoice.engine.constrained.limits import Budget, PreparationAborted, check_request
 from diffvoice.engine.constrained.slots import Vocab
 from diffvoice.engine.constrained.state import ConstrainedState
 
@@ -120,11 +124,15 @@ def json_schema_of(response_format) -> dict | None:
 
 
 JSON_OBJECT = {"type": "object", "x-diffvoice": "free-form json_object"}
-_cache: dict[tuple, Plan] = {}
+_cache: dict[tuple, Plan | ValueError] = {}
+_compiling: dict[tuple, threading.Lock] = {}  # one compile per request shape at a time
+_compiling_lock = threading.Lock()
 
 
 def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
-               max_new_tokens: int = 64, messages=None) -> Plan | None:
+               max_new_tokens: int = 64, messages=None, budget: Budget | None = None
+               ) -> Plan | None:
+    check_request(tools, tool_choice, response_format)
     schema = json_schema_of(response_format)
     if tools and messages is not None:  # x-diffvoice-context slots (engine/constrained/context)
         forced = (tool_choice.get("function") or {}).get("name") \
@@ -139,18 +147,50 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
         if tool_choice not in (None, "none", "auto"):
             raise ValueError("tool_choice needs tools")
         return None
-    key = (id(tokenizer), json.dumps([tools, tool_choice, schema], sort_keys=True, default=str),
-           max_new_tokens if schema is JSON_OBJECT else None)
+    try:
+        shape = json.dumps([tools, tool_choice, schema], sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"tools / tool_choice / response_format: not JSON ({exc})") from exc
+    key = (id(tokenizer), shape, max_new_tokens if schema is JSON_OBJECT else None)
     plan = _cache.get(key)
-    if plan is not None:
-        return plan
+    if plan is None:
+        with _compiling_lock:
+            lock = _compiling.setdefault(key, threading.Lock())
+        with lock:  # concurrent requests of one new shape: the first compiles, the rest wait
+            plan = _cache.get(key)
+            if plan is None:
+                plan = _compile_cached(key, tools, tool_choice, schema, tokenizer, eos_id,
+                                       max_new_tokens, budget)
+        with _compiling_lock:
+            _compiling.pop(key, None)
+    if isinstance(plan, ValueError):
+        raise ValueError(str(plan))
+    return plan
+
+
+def _compile_cached(key, tools, tool_choice, schema, tokenizer, eos_id, max_new_tokens,
+                    budget) -> Plan | ValueError:
+    try:
+        plan = _compile(tools, tool_choice, schema, tokenizer, eos_id, max_new_tokens, budget)
+    except PreparationAborted:
+        raise  # not the request's shape: this time's budget or cancellation
+    except ValueError as exc:
+        plan = exc
+    if len(_cache) >= _CACHE_MAX:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = plan
+    return plan
+
+
+def _compile(tools, tool_choice, schema, tokenizer, eos_id: int, max_new_tokens: int,
+             budget: Budget | None) -> Plan:
     vocab = _vocab(tokenizer)
     open_ids = vocab.encode(TOOL_CALL_OPEN)
     if schema is not None:
         if tools and tool_choice != "none":
             raise ValueError("response_format json_schema cannot be combined with tools")
         layout = (json_object_layout(vocab, eos_id, max_new_tokens) if schema is JSON_OBJECT
-                  else compile_value(schema, vocab, eos_id))
+                  else compile_value(schema, vocab, eos_id, budget=budget))
         plan = Plan(vocab, "json", [], {}, None, layout, open_ids[0], 0)
     else:
         functions = [tool_function(t, i) for i, t in enumerate(tools)]
@@ -159,7 +199,7 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
             raise ValueError("tools: function names must be unique")
         mode, forced = choice_mode(tool_choice, names)
         layouts = compile_calls(functions, forced, vocab, eos_id, TOOL_CALL_OPEN,
-                                TOOL_CALL_CLOSE)
+                                TOOL_CALL_CLOSE, budget)
         start, name_slot = layouts[names[0]].slots[0]
         name_end = start + name_slot.width
         head = {r: t for r, t in layouts[names[0]].fixed.items() if r < name_end}
@@ -168,7 +208,4 @@ def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
                     or lay.slots[0][0] != start:
                 raise ValueError(f"tools: the call header of {n!r} tokenizes differently")
         plan = Plan(vocab, mode, names, layouts, forced, None, open_ids[0], name_end)
-    if len(_cache) >= _CACHE_MAX:
-        _cache.pop(next(iter(_cache)))
-    _cache[key] = plan
     return plan

@@ -1,0 +1,192 @@
+"""What a request may bring to constrained decoding, checked before anything is compiled.
+
+    check_request(tools, tool_choice, response_format)   # ValueError naming the field
+    budget = Budget(seconds, cancelled)                  # compile_* call budget.check(where)
+Everything a request's tools / response_format carry is bounded here, before it reaches the
+layout compiler (layout.py), the plan cache or a batched pass: how many tools, how large and how
+deep their schemas, how many enum values, how long names and patterns are, and that every
+keyword the compiler reads holds a value of the right type and range (the JSON Schema
+meta-schema, Draft 2020-12, via the jsonschema library, then the engine's own numeric bounds).
+A string's `maxLength` may be any non-negative integer; the compiler clamps it to what a slot
+can hold (layout.MAX_STRING_CHARS), so no value reaches a tensor that cannot be represented.
+
+`Budget` bounds the compile itself: the compiler calls `check` at each value and every few
+candidate tokenizations, and it raises once the preparation has run longer than its seconds or
+its request was cancelled (the caller went away). Knows nothing about models, tokenizers or the
+engine's threads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+
+import jsonschema
+
+MAX_TOOLS = 64                # OpenAI allows 128; each tool adds a layout to every request's plan
+MAX_SCHEMA_CHARS = 65536      # all tools + response_format, as compact JSON
+MAX_SCHEMA_NODES = 512        # schema objects over all tools (each value, property, item)
+MAX_SCHEMA_DEPTH = 8          # nesting of objects inside objects
+MAX_PROPERTIES = 64           # properties of one object
+MAX_ENUM_VALUES = 2000        # candidates of one enum (= layout.MAX_CHOICES)
+MAX_REQUEST_ENUM_VALUES = 4000  # enum candidates over the whole request
+MAX_ENUM_VALUE_CHARS = 256    # one candidate's JSON text
+MAX_NAME_CHARS = 64           # a tool's or a property's name
+MAX_PATTERN_CHARS = 256
+MAX_NUMBER = 2 ** 53          # |minimum|, |maximum|: exact in a float and in a token slot
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+_META = jsonschema.Draft202012Validator.META_SCHEMA
+_CHECKER = jsonschema.Draft202012Validator(_META,
+                                           format_checker=jsonschema.Draft202012Validator
+                                           .FORMAT_CHECKER)
+
+
+class PreparationAborted(ValueError):
+    """A request's preparation ran past its budget, or its caller went away."""
+
+
+class Budget:
+    """Wall-clock budget (and cancellation) of one request's preparation."""
+
+    def __init__(self, seconds: float, cancelled: threading.Event | None = None):
+        self.seconds = seconds
+        self.cancelled = cancelled
+        self.start()
+
+    def start(self) -> None:
+        """(Re)start the clock: when the preparation begins to run, not when it was queued."""
+        self.deadline = time.perf_counter() + self.seconds
+
+    def check(self, where: str = "") -> None:
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise PreparationAborted("the request was cancelled while it was prepared")
+        if time.perf_counter() > self.deadline:
+            raise PreparationAborted(
+                f"compiling this request's schema{' (' + where + ')' if where else ''} took "
+                f"longer than the {self.seconds:g} s preparation budget: simplify the tools or "
+                "response_format (fewer tools, enum values or properties)")
+
+
+def _schema_text(value, field: str) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=True, default=repr)
+    except (RecursionError, ValueError) as exc:
+        raise ValueError(f"{field}: not a JSON value ({exc})") from exc
+
+
+def _meta_check(schema, field: str) -> None:
+    """The JSON Schema meta-schema: every keyword's value of the right JSON type."""
+    try:
+        error = jsonschema.exceptions.best_match(_CHECKER.iter_errors(schema))
+    except RecursionError as exc:
+        raise ValueError(f"{field}: schema nested too deeply") from exc
+    if error is not None:
+        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}"
+                        for p in error.absolute_path)
+        raise ValueError(f"{field}{where}: {error.message[:200]}")
+
+
+class _Walk:
+    """Counts nodes and enum values over one request and checks the engine's own bounds."""
+
+    def __init__(self):
+        self.nodes = 0
+        self.enum_values = 0
+
+    def value(self, schema, path: str, depth: int) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_SCHEMA_NODES:
+            raise ValueError(f"{path}: the request's schemas have more than {MAX_SCHEMA_NODES} "
+                             "nodes")
+        if depth > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"{path}: schemas may nest at most {MAX_SCHEMA_DEPTH} levels")
+        if not isinstance(schema, dict):
+            raise ValueError(f"{path}: a schema must be an object")
+        for key in ("minimum", "maximum"):
+            v = schema.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                  or not math.isfinite(v) or abs(v) > MAX_NUMBER):
+                raise ValueError(f"{path}.{key}: must be a finite number within ±2^53")
+        for key in ("minLength", "maxLength"):
+            v = schema.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                  or not math.isfinite(v) or v < 0 or v != int(v)):
+                raise ValueError(f"{path}.{key}: must be a non-negative integer")
+        pattern = schema.get("pattern")
+        if pattern is not None and (not isinstance(pattern, str)
+                                    or len(pattern) > MAX_PATTERN_CHARS):
+            raise ValueError(f"{path}.pattern: must be a string of at most {MAX_PATTERN_CHARS} "
+                             "characters")
+        values = schema.get("enum")
+        if values is not None:
+            if not isinstance(values, list) or len(values) > MAX_ENUM_VALUES:
+                raise ValueError(f"{path}.enum: must be a list of at most {MAX_ENUM_VALUES} "
+                                 "values")
+            self.enum_values += len(values)
+            if self.enum_values > MAX_REQUEST_ENUM_VALUES:
+                raise ValueError(f"{path}.enum: the request has more than "
+                                 f"{MAX_REQUEST_ENUM_VALUES} enum values in all")
+            if any(len(_schema_text(v, path)) > MAX_ENUM_VALUE_CHARS for v in values):
+                raise ValueError(f"{path}.enum: a value longer than {MAX_ENUM_VALUE_CHARS} "
+                                 "characters")
+        props = schema.get("properties")
+        if props is not None:
+            if not isinstance(props, dict) or len(props) > MAX_PROPERTIES:
+                raise ValueError(f"{path}.properties: must be an object of at most "
+                                 f"{MAX_PROPERTIES} properties")
+            for name, sub in props.items():
+                if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+                    raise ValueError(f"{path}.properties: names must be strings of at most "
+                                     f"{MAX_NAME_CHARS} characters")
+                self.value(sub, f"{path}.{name}", depth + 1)
+        for key in ("items", "additionalProperties", "not", "if", "then", "else"):
+            if isinstance(schema.get(key), dict):
+                self.value(schema[key], f"{path}.{key}", depth + 1)
+        for key in ("oneOf", "anyOf", "allOf", "prefixItems"):
+            if isinstance(schema.get(key), list):
+                for i, sub in enumerate(schema[key]):
+                    self.value(sub, f"{path}.{key}[{i}]", depth + 1)
+
+
+def check_request(tools, tool_choice, response_format) -> None:
+    """Raise ValueError naming the field when a request's tools / tool_choice / response_format
+    are malformed or beyond the limits above; cheap, linear in the request's size."""
+    if tools is None:
+        tools = ()
+    if not isinstance(tools, list | tuple):
+        raise ValueError("tools must be a list of tool objects")
+    if len(tools) > MAX_TOOLS:
+        raise ValueError(f"tools: at most {MAX_TOOLS} tools per request, got {len(tools)}")
+    size = len(_schema_text([list(tools), tool_choice, response_format], "tools"))
+    if size > MAX_SCHEMA_CHARS:
+        raise ValueError(f"tools and response_format: {size} characters of schema, at most "
+                         f"{MAX_SCHEMA_CHARS}")
+    walk = _Walk()
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ValueError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": "
+                             "{...}}")
+        fn = tool.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise ValueError(f"tools[{i}].function.name must be 1-{MAX_NAME_CHARS} letters, "
+                             "digits, '_', '-' or '.'")
+        desc = fn.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise ValueError(f"tools[{i}].function.description must be a string")
+        params = fn.get("parameters")
+        if params is not None:
+            field = f"tools[{i}].function.parameters"
+            walk.value(params, field, 0)
+            _meta_check(params, field)
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if schema is not None:
+            field = "response_format.json_schema.schema"
+            walk.value(schema, field, 0)
+            _meta_check(schema, field)
