@@ -1,11 +1,17 @@
-"""Who may open a /ws call and read /metrics: Origin allow-list, API keys, short-lived tokens.
+"""Who may open a /ws call, call /v1 and read /metrics: Origin allow-list, API keys, tokens.
 
 Contract:
-- `origin_allowed(origin, host, allowed)`: a browser always sends `Origin` on a WebSocket
-  upgrade, so a page on another site can be told apart. Allowed: no Origin at all (not a
-  browser: curl, websockets, pipecat clients), the page's own origin (`Origin` host == the
-  request's `Host`), http(s)://localhost / 127.0.0.1 / [::1] on any port, every entry of
-  `allowed` (exact origins, or "*" for any).
+- `origin_allowed(origin, allowed)`: a browser always sends `Origin` on a WebSocket upgrade (and
+  on every cross-site POST), so a page on another site can be told apart. Allowed: no Origin at
+  all (not a browser: curl, websockets, SDKs, pipecat clients), http(s)://localhost /
+  127.0.0.1 / [::1] on any port, every entry of `allowed` (exact origins, or "*" for any). The
+  request's `Host` header is never trusted: under DNS rebinding a foreign page reaches a local
+  server with its own name in both `Host` and `Origin`.
+- `allowed_origins(config)`: the configured `allowed_origins` plus the server's own
+  (`server_origins`: http(s)://<host>:<port> when `host` names one interface, and the origin of
+  `public_url`), i.e. the pages this server itself serves. A deployer serving the page under
+  another name (`--host 0.0.0.0` reached as http://box.lan:8000, a proxy) adds that origin
+  with `--allowed-origins`.
 - `key_matches(token, api_keys)`: constant-time comparison against every key.
 - `SessionTokens(secret, ttl_s)`: `issue() -> (token, expires_at)` and `valid(token)`. A token
   is `<expiry>.<hmac-sha256(secret, expiry)>`, good for `ttl_s` seconds (default 300) and only
@@ -31,11 +37,14 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 SESSION_TOKEN_TTL_S = 300.0
 
 
-def origin_allowed(origin: str | None, host: str | None, allowed: Iterable[str]) -> bool:
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
+def origin_allowed(origin: str | None, allowed: Iterable[str]) -> bool:
     if origin is None:
         return True
     allowed = tuple(allowed)
-    if "*" in allowed or origin.rstrip("/") in {a.rstrip("/") for a in allowed}:
+    if "*" in allowed or origin.rstrip("/").lower() in {a.rstrip("/").lower() for a in allowed}:
         return True
     try:
         parts = urlsplit(origin)
@@ -43,9 +52,28 @@ def origin_allowed(origin: str | None, host: str | None, allowed: Iterable[str])
         return False
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return False
-    if host and parts.netloc.lower() == host.lower():
-        return True
     return (parts.hostname or "").lower() in LOCAL_HOSTS
+
+
+def server_origins(host: str, port: int, public_url: str | None = None) -> tuple[str, ...]:
+    """The origins of pages this server serves itself: its configured interface (unless it
+    listens on all of them, or on a port picked at start) and its public URL."""
+    origins = []
+    if host not in WILDCARD_HOSTS and port:
+        name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        origins += [f"http://{name}:{port}", f"https://{name}:{port}"]
+    if public_url:
+        parts = urlsplit(public_url)
+        if parts.scheme in ("http", "https") and parts.netloc:
+            origins.append(f"{parts.scheme}://{parts.netloc}")
+    return tuple(origins)
+
+
+def allowed_origins(config) -> tuple[str, ...]:
+    """`config.allowed_origins` plus `server_origins` of `config` (any ServeConfig-like)."""
+    return tuple(getattr(config, "allowed_origins", ()) or ()) + server_origins(
+        str(getattr(config, "host", "") or ""), int(getattr(config, "port", 0) or 0),
+        getattr(config, "public_url", None))
 
 
 def key_matches(token: str, api_keys: Iterable[str]) -> bool:

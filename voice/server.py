@@ -15,7 +15,10 @@ The static mount is appended when the app starts (lifespan), after every router 
 with `app.include_router(...)` — a catch-all "/" mount added earlier would shadow them.
 
 Every HTTP request body is capped (voice.body_limit: `max_body_bytes`, `max_form_bytes` under
-/telephony/; 413 past it). With --api-keys, /docs and /openapi.json are not served.
+/telephony/; 413 past it). Under /v1/ (voice.api_guard): a POST that is not application/json
+gets 415 and, without --api-keys, a request from a browser page whose Origin is not allowed
+(voice.access.allowed_origins) gets 403. With --api-keys, /docs and /openapi.json are not
+served.
 
 The app does not own the engine: whoever built `state` closes it. Knows nothing about pipecat
 beyond handing sockets to voice.transport.ws_session.
@@ -33,7 +36,8 @@ from loguru import logger
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from diffvoice.voice.access import bearer_token, key_matches
+from diffvoice.voice.access import allowed_origins, bearer_token, key_matches
+from diffvoice.voice.api_guard import ApiGuardMiddleware
 from diffvoice.voice.body_limit import BodyLimitMiddleware
 from diffvoice.voice.state import AppState
 
@@ -126,6 +130,10 @@ def create_app(state: AppState) -> FastAPI:
         BodyLimitMiddleware,
         max_bytes=getattr(config, "max_body_bytes", 1 << 20),
         path_limits={"/telephony/": getattr(config, "max_form_bytes", 64 << 10)},
+    )
+    app.add_middleware(  # outermost: cross-site /v1 requests never reach a route or a body read
+        ApiGuardMiddleware, allowed_origins=allowed_origins(config),
+        api_keys=tuple(getattr(config, "api_keys", ()) or ()),
     )
 
     def has_key(request: Request) -> bool:

@@ -49,9 +49,11 @@ class SessionLimits:
     allowed_origins: tuple[str, ...] = field(
         default=(),
         metadata=_help(
-            "comma-separated extra Origins allowed to open /ws (the page's own origin and "
-            "http(s)://localhost / 127.0.0.1 / [::1] on any port are always allowed; '*' allows "
-            "any)"
+            "comma-separated extra Origins allowed to open /ws and, without --api-keys, to call "
+            "/v1 from a browser (always allowed: http(s)://localhost / 127.0.0.1 / [::1] on any "
+            "port and this server's own --host:--port and --public-url; the Host header is not "
+            "trusted, so a page served under another name, e.g. --host 0.0.0.0 reached as "
+            "http://box.lan:8000 or behind a proxy, needs its origin here; '*' allows any)"
         ),
     )
     malloc_arena_max: int = field(

@@ -47,7 +47,8 @@ async def _abuse(ctx: Ctx, scale: dict, ip: str) -> dict[str, Any]:
 
     async def chat(body: dict | bytes, expect: int, label: str) -> None:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        got = await _post(ctx, "/v1/chat/completions", raw, {"Content-Type": "text/plain"})
+        got = await _post(ctx, "/v1/chat/completions", raw,
+                          {"Content-Type": "application/json"})  # text/plain gets 415 now
         statuses[(label, got == expect)] += 1
 
     async def seeds() -> None:

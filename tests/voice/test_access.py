@@ -1,20 +1,39 @@
-"""Issue 12, problem 4: who may open /ws (Origin allow-list, keys, short-lived tokens)."""
+"""Issue 12, problem 4: who may open /ws (Origin allow-list, keys, short-lived tokens); issue 39
+item 7: the allow-list never trusts the Host header."""
 
-from diffvoice.voice.access import SessionTokens, origin_allowed, ws_credential_ok
+from diffvoice.voice.access import (
+    SessionTokens,
+    allowed_origins,
+    origin_allowed,
+    server_origins,
+    ws_credential_ok,
+)
+from diffvoice.voice.config import ServeConfig
 
 
 def test_origin_rules():
-    host = "voice.example.com:8443"
-    assert origin_allowed(None, host, ())  # not a browser
-    assert origin_allowed("https://voice.example.com:8443", host, ())  # the page's own origin
+    assert origin_allowed(None, ())  # not a browser
     for local in ("http://localhost:3000", "http://127.0.0.1:9", "http://[::1]:8000"):
-        assert origin_allowed(local, host, ())
-    assert not origin_allowed("https://evil.example", host, ())
-    assert not origin_allowed("https://voice.example.com.evil.example", host, ())
-    assert not origin_allowed("null", host, ())
-    assert not origin_allowed("file://", host, ())
-    assert origin_allowed("https://app.example", host, ("https://app.example",))
-    assert origin_allowed("https://evil.example", host, ("*",))
+        assert origin_allowed(local, ())
+    assert not origin_allowed("https://evil.example", ())
+    assert not origin_allowed("https://voice.example.com.evil.example", ())
+    assert not origin_allowed("null", ())
+    assert not origin_allowed("file://", ())
+    assert origin_allowed("https://app.example", ("https://app.example",))
+    assert origin_allowed("https://APP.example/", ("https://app.example",))
+    assert origin_allowed("https://evil.example", ("*",))
+
+
+def test_the_servers_own_origins_come_from_its_config_not_the_host_header():
+    config = ServeConfig(host="voice.example.com", port=8443, public_url="https://pub.example")
+    origins = allowed_origins(config.replace(allowed_origins=("https://app.example",)))
+    assert origins == ("https://app.example", "http://voice.example.com:8443",
+                       "https://voice.example.com:8443", "https://pub.example")
+    assert origin_allowed("https://voice.example.com:8443", origins)  # the page it serves
+    assert not origin_allowed("https://voice.example.com:9999", origins)
+    # listening on every interface (or a port picked at start): only the allow-list names pages
+    assert server_origins("0.0.0.0", 8000) == () and server_origins("127.0.0.1", 0) == ()
+    assert server_origins("::1", 8000) == ("http://[::1]:8000", "https://[::1]:8000")
 
 
 def test_session_tokens_expire_and_cannot_be_forged():

@@ -2,7 +2,8 @@
 
 Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
 1. accept; refuse with an error event and close: "origin_not_allowed" (1008) for a browser page
-   from a foreign Origin (voice.access.origin_allowed), "unauthorized" (1008) when
+   from a foreign Origin (voice.access.origin_allowed; the Host header is not trusted),
+   "unauthorized" (1008) when
    `config.api_keys` is set and no key/token came (voice.access.ws_credential_ok),
    "too_many_sessions" (1013) past `config.max_sessions_per_ip` for this client IP,
    "overloaded" (1013) past `config.max_sessions`;
@@ -38,7 +39,7 @@ from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from diffvoice.voice import malloc_tune
-from diffvoice.voice.access import origin_allowed, ws_credential_ok
+from diffvoice.voice.access import allowed_origins, origin_allowed, ws_credential_ok
 from diffvoice.voice.call_limits import CallWatchdog
 from diffvoice.voice.ingest_limit import CLOSE, DROP, IngestLimit, pcm_seconds
 from diffvoice.voice.pipeline import build_pipeline
@@ -117,8 +118,7 @@ class BrowserSession:
         """Why this socket may not start a session (checked before any pipeline is built)."""
         config, ws = self.state.config, self.ws
         origin = ws.headers.get("origin")
-        if not origin_allowed(origin, ws.headers.get("host"),
-                              getattr(config, "allowed_origins", ())):
+        if not origin_allowed(origin, allowed_origins(config)):
             return protocol.ProtocolError("origin_not_allowed",
                                           f"Origin {origin[:100]!r} may not open sessions here")
         api_keys = tuple(getattr(config, "api_keys", ()) or ())
