@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from diffvoice.engine.assets import default_model_dir, web_dir
+from diffvoice.voice.receptionist.owner import OWNER_RULES
 from diffvoice.voice.session_limits import SessionLimits, _help, _split_csv
 from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
 
@@ -174,6 +175,12 @@ class ServeConfig(SessionLimits):
         default=None,
         metadata=_help("SQLite appointment book (default: <model>/appointments.sqlite3)"),
     )
+    booking_owner_rule: str = field(
+        default="caller",
+        metadata=_help("who may cancel a booking: caller (only the phone number or browser "
+                       "session that made it) or any (anyone who names it and its day); "
+                       "docs/tool-calling.md 'Who may cancel what'"),
+    )
     # clarify guard (voice/receptionist/clarify.py): a short clarifying question instead of an
     # unsure or blended reply, on voice calls and the OpenAI API
     clarify: str = field(
@@ -255,6 +262,9 @@ class ServeConfig(SessionLimits):
                 f"{self.receptionist_tools!r}"
             )
         self._check_limits()
+        if self.booking_owner_rule not in OWNER_RULES:
+            raise ValueError(f"booking_owner_rule must be one of {OWNER_RULES}, got "
+                             f"{self.booking_owner_rule!r}")
         if self.clarify not in RECEPTIONIST_TOOLS or not 0 <= self.clarify_below <= 1:
             raise ValueError(f"clarify must be one of {RECEPTIONIST_TOOLS} and clarify_below in "
                              f"[0, 1], got {self.clarify!r} / {self.clarify_below!r}")

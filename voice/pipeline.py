@@ -21,6 +21,8 @@ Contract (stable; the telephony helper builds on it):
         turn_window_secs: float | None = None,  # None -> state.config.turn_window_secs
         audio_in_sample_rate: int = 16000,    # what the transport's input frames carry
         audio_out_sample_rate: int | None = None,  # None -> the TTS's native rate
+        caller: str | None = None,            # who the receptionist's bookings belong to
+                                              # (voice.receptionist.owner); None -> this session
     ) -> tuple[pipecat.pipeline.pipeline.Pipeline, pipecat.pipeline.worker.PipelineWorker]
 
 Turn end (voice.turn_end): the VAD reports pauses after `stop_secs`; the turn ends at once when
@@ -66,6 +68,7 @@ from pipecat.turns.user_turn_strategies import (
 from diffvoice.voice.eager_drafter import EagerDrafter
 from diffvoice.voice.frame_tap import FrameTap
 from diffvoice.voice.llm_service import DiffusionLLMService
+from diffvoice.voice.receptionist.owner import session_owner
 from diffvoice.voice.speech_vad import SpeechTrackingVAD
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.vad_aligned import WINDOW_SECS, VadAlignedInput
@@ -125,6 +128,7 @@ def build_pipeline(
     audio_out_sample_rate: int | None = None,
     eager_drafts: bool | None = None,
     turn_window_secs: float | None = None,
+    caller: str | None = None,
 ) -> tuple[Pipeline, PipelineWorker]:
     config = state.config
     stop_secs = config.stop_secs if stop_secs is None else float(stop_secs)
@@ -168,8 +172,10 @@ def build_pipeline(
         draft_context=context if eager_drafts else None,
         clarify=_clarify_guard(state),
     )
-    if receptionist is not None:  # the appointment book's tools run inside this call
-        receptionist.register(llm)
+    if receptionist is not None:  # the appointment book's tools run inside this call,
+        # as its caller: bookings belong to the transport's identity (voice.receptionist.owner;
+        # a phone number from Twilio's signed webhook, else this session), never to words
+        receptionist.register(llm, caller=caller or session_owner(session_id))
     meaning = MeaningTurnStopStrategy(
         window_secs=window, stop_secs=stop_secs,
         speech_end=lambda: vad.last_speech_t, hearing_speech=lambda: vad.hearing_speech,

@@ -2,8 +2,8 @@
 
     book = AppointmentBook(path, facts)      # creates the file and tables on first use
     book.free_starts("cleanings", "friday")  # -> ["08:00", "08:30", ...]
-    book.book("cleanings", "friday", "10:00", "ann lee") -> Booking | None
-    book.cancel("ann lee", "friday") -> bool
+    book.book("cleanings", "friday", "10:00", "Ann Lee", owner="phone:+15550100") -> Booking | None
+    book.cancel("ann lee", "friday", owner="phone:+15550100") -> bool
 Slots come from the fact sheet: each day's opening hours on a 30-minute grid (SLOT_MIN) and each
 service's duration (`Service.minutes`, or its duration text: "45 minutes", "1 hour"); a visit
 must end by closing time and occupies every grid cell it overlaps. One chair: two visits never
@@ -15,6 +15,15 @@ primary key, so a second booking of an overlapping slot fails its insert and rol
 Bookings survive restarts (it is a file). Each operation opens and closes its own connection, so
 no file descriptor outlives a call, whatever thread runs it. Knows nothing about pipecat or the
 engine.
+
+Who may cancel what: every visit stores its `owner` (an opaque string from the caller's session,
+voice.receptionist.owner; NULL: nobody's). `cancel(name, day, owner, rule="caller")` looks only
+at `owner`'s visits on `day` (no owner: cancels nothing); `rule="any"` looks at everyone's.
+Names are stored as said (trimmed) and compared exactly; only when no visit has exactly that
+name does a case-insensitive match count, and only if it finds one spelling: within one owner
+"ann lee" cancels their "Ann Lee", and under `any` it cancels nothing while both "Ann Lee" and
+"ann LEE" are booked. A file made before owners existed gets the column on open (its visits:
+NULL, cancellable only under `any`).
 """
 
 from __future__ import annotations
@@ -37,7 +46,8 @@ CREATE TABLE IF NOT EXISTS visits (
     start_min INTEGER NOT NULL,
     end_min INTEGER NOT NULL,
     name TEXT NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS cells (
     day TEXT NOT NULL,
@@ -84,6 +94,7 @@ class Booking:
     day: str
     time: str
     name: str
+    owner: str | None = None
 
 
 class AppointmentBook:
@@ -105,6 +116,21 @@ class AppointmentBook:
         with self._conn() as conn:
             conn.execute("PRAGMA journal_mode = WAL")  # kept in the file
             conn.executescript(_SCHEMA)
+            self._migrate(conn)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Add `owner` to a book made before it existed (its visits stay NULL: nobody's)."""
+        conn.execute("BEGIN IMMEDIATE")  # one process adds it; the others then see it
+        try:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(visits)")}
+            if "owner" not in columns:
+                conn.execute("ALTER TABLE visits ADD COLUMN owner TEXT")
+            conn.execute("CREATE INDEX IF NOT EXISTS visits_day_owner ON visits (day, owner)")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _conn(self) -> Iterator[sqlite3.Connection]:
@@ -146,29 +172,32 @@ class AppointmentBook:
                 if not taken.intersection(self._cells(m, service))]
 
     def bookings(self, day: str | None = None) -> list[Booking]:
-        sql = "SELECT id, service, day, start_min, name FROM visits"
+        sql = "SELECT id, service, day, start_min, name, owner FROM visits"
         with self._conn() as conn:
             rows = conn.execute(sql + (" WHERE day = ?" if day else "") + " ORDER BY id",
                                 (day,) if day else ()).fetchall()
-        return [Booking(i, s, d, hhmm(m), n) for i, s, d, m, n in rows]
+        return [Booking(i, s, d, hhmm(m), n, o) for i, s, d, m, n, o in rows]
 
     # ------------------------------------------------------------------ changes
-    def book(self, service: str, day: str, time_: str, name: str) -> Booking | None:
-        """Book atomically; None when the slot is taken or outside opening hours."""
+    def book(self, service: str, day: str, time_: str, name: str,
+             owner: str | None = None) -> Booking | None:
+        """Book atomically for `owner`; None when the slot is taken or outside opening hours."""
         start = parse_hhmm(time_)
         if service not in self.durations or day not in self.hours or start is None \
                 or start not in self.starts(service, day):
             return None
         with self._conn() as conn:
-            return self._book_in(conn, service, day, start, name)
+            return self._book_in(conn, service, day, start, name, owner)
 
-    def _book_in(self, conn, service: str, day: str, start: int, name: str) -> Booking | None:
+    def _book_in(self, conn, service: str, day: str, start: int, name: str,
+                 owner: str | None = None) -> Booking | None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             cur = conn.execute(
-                "INSERT INTO visits (service, day, start_min, end_min, name, created) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (service, day, start, start + self.durations[service], name.strip(), time.time()))
+                "INSERT INTO visits (service, day, start_min, end_min, name, created, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (service, day, start, start + self.durations[service], name.strip(), time.time(),
+                 owner))
             visit = cur.lastrowid
             conn.executemany("INSERT INTO cells (day, cell, visit_id) VALUES (?, ?, ?)",
                              [(day, c, visit) for c in self._cells(start, service)])
@@ -179,18 +208,35 @@ class AppointmentBook:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return Booking(visit, service, day, hhmm(start), name.strip())
+        return Booking(visit, service, day, hhmm(start), name.strip(), owner)
 
-    def cancel(self, name: str, day: str) -> bool:
+    def cancel(self, name: str, day: str, owner: str | None = None, rule: str = "caller") -> bool:
+        """Cancel `owner`'s visits named `name` on `day` (every owner's under rule "any");
+        see the module docstring for how names match. True if any was cancelled."""
+        if rule not in ("caller", "any"):
+            raise ValueError(f"rule must be 'caller' or 'any', got {rule!r}")
+        if rule == "caller" and owner is None:
+            return False
         with self._conn() as conn:
-            return self._cancel_in(conn, name, day)
+            return self._cancel_in(conn, name, day, None if rule == "any" else owner)
 
-    def _cancel_in(self, conn, name: str, day: str) -> bool:
+    @staticmethod
+    def _matching(rows: list[tuple[int, str]], name: str) -> list[int]:
+        said = name.strip()
+        exact = [visit for visit, stored in rows if stored == said]
+        if exact:
+            return exact
+        folded = [(visit, stored) for visit, stored in rows
+                  if stored.casefold() == said.casefold()]
+        return [visit for visit, _ in folded] if len({s for _, s in folded}) == 1 else []
+
+    def _cancel_in(self, conn, name: str, day: str, owner: str | None) -> bool:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            ids = [r[0] for r in conn.execute(
-                "SELECT id FROM visits WHERE day = ? AND lower(trim(name)) = lower(trim(?))",
-                (day, name))]
+            sql, args = "SELECT id, name FROM visits WHERE day = ?", [day]
+            if owner is not None:
+                sql, args = sql + " AND owner = ?", [day, owner]
+            ids = self._matching(conn.execute(sql, args).fetchall(), name)
             for visit in ids:
                 conn.execute("DELETE FROM cells WHERE visit_id = ?", (visit,))
                 conn.execute("DELETE FROM visits WHERE id = ?", (visit,))

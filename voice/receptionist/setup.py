@@ -5,7 +5,8 @@ warnings) -> ReceptionistTools | None`.
 problem; "auto" -> the tools when the model directory has a facts.yaml and its tokenizer knows
 `<tool_call>` as one token (a model trained to call them), else None; a broken fact sheet or
 database then becomes a start-up warning instead of an error. The database is
-`config.appointments_db` or `<model>/appointments.sqlite3`.
+`config.appointments_db` or `<model>/appointments.sqlite3`; who may cancel what is
+`config.booking_owner_rule` (voice.receptionist.owner).
 
 `paraphrase_for(config, engine, warnings)` sets `engine.rewrite_messages` to the model's
 paraphrase snapping (engine.train.paraphrase) per `config.paraphrase`: "off" -> nothing; "on" ->
@@ -37,7 +38,9 @@ def receptionist_for(config, engine, warnings: list[str]):
     try:
         from diffvoice.voice.receptionist.tools import ReceptionistTools
 
-        tools = ReceptionistTools.for_model(config.model, db_path=config.appointments_db)
+        tools = ReceptionistTools.for_model(
+            config.model, db_path=config.appointments_db,
+            owner_rule=getattr(config, "booking_owner_rule", "caller"))
     except (ImportError, OSError, ValueError) as exc:
         if mode == "on":
             raise ValueError(f"receptionist_tools: {exc}") from exc

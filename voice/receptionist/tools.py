@@ -1,11 +1,13 @@
 """The receptionist's three tools over the appointment book, for the engine and for pipecat.
 
-    tools = ReceptionistTools.for_model(model_dir, db_path=None)   # facts.yaml of the model
+    tools = ReceptionistTools.for_model(model_dir, db_path=None,   # facts.yaml of the model
+                                        owner_rule="caller")
     tools.schemas                        # OpenAI `tools` list: engine.train.booking_schemas
                                          # (open days, the book's start times, names copied
                                          # from the caller's words)
-    tools.call("book_appointment", {...}) -> result dict (the `tool` message the model reads)
-    tools.register(llm)                  # pipecat: llm.register_function for each tool
+    tools.call("book_appointment", {...}, caller=owner) -> result dict (the `tool` message
+                                         # the model reads)
+    tools.register(llm, caller=owner)    # pipecat: llm.register_function for each tool
     tools.tools_schema()                 # pipecat ToolsSchema for an LLMContext
 Results are exactly what the model is trained to read (engine/train/tool_schemas.py):
   check_availability  {"available": [up to 3 free start times]}  (a free asked-for time first,
@@ -14,6 +16,13 @@ Results are exactly what the model is trained to read (engine/train/tool_schemas
   cancel_appointment  {"cancelled": true} | {"cancelled": false}
   bad arguments       {"error": "<short text>"}
 The database defaults to `<model dir>/appointments.sqlite3` (created on first run).
+
+`caller` is the session's owner identity (voice.receptionist.owner: the phone number, the /ws
+session), handed in by whoever runs the tools, never taken from the model's arguments (an
+argument the tool's schema does not name is an error). A booking is stored under it; with
+`owner_rule="caller"` (default) a cancel only touches the caller's own bookings (no caller:
+none), with "any" everyone's (AppointmentBook.cancel). A refused cancel reads exactly like one
+that found nothing, {"cancelled": false}: a caller learns nothing about others' bookings.
 """
 
 from __future__ import annotations
@@ -23,28 +32,37 @@ from pathlib import Path
 from typing import Any
 
 from diffvoice.voice.receptionist.book import DAYS, AppointmentBook, parse_hhmm
+from diffvoice.voice.receptionist.owner import OWNER_RULES
 
 MAX_OFFERED = 3
 DB_FILENAME = "appointments.sqlite3"
 
 
 class ReceptionistTools:
-    def __init__(self, book: AppointmentBook, facts) -> None:
+    def __init__(self, book: AppointmentBook, facts, owner_rule: str = "caller") -> None:
         from diffvoice.engine.train.booking_schemas import decoding_schemas
 
+        if owner_rule not in OWNER_RULES:
+            raise ValueError(f"owner_rule must be one of {OWNER_RULES}, got {owner_rule!r}")
         self.book = book
         self.facts = facts
+        self.owner_rule = owner_rule
         self.schemas = decoding_schemas(facts)
         self.names = tuple(t["function"]["name"] for t in self.schemas)
+        self._arguments = {t["function"]["name"]: frozenset(t["function"]["parameters"]
+                                                            ["properties"])
+                           for t in self.schemas}
 
     @classmethod
     def for_model(cls, model_dir: str | Path, db_path: str | Path | None = None,
-                  facts_path: str | Path | None = None) -> ReceptionistTools:
+                  facts_path: str | Path | None = None,
+                  owner_rule: str = "caller") -> ReceptionistTools:
         from diffvoice.engine.train.facts import load_facts
 
         model_dir = Path(model_dir)
         facts = load_facts(facts_path or model_dir / "facts.yaml")
-        return cls(AppointmentBook(db_path or model_dir / DB_FILENAME, facts), facts)
+        return cls(AppointmentBook(db_path or model_dir / DB_FILENAME, facts), facts,
+                   owner_rule=owner_rule)
 
     # ------------------------------------------------------------------ the tools
     def _check(self, args: dict[str, Any], need_time: bool) -> str | None:
@@ -70,27 +88,33 @@ class ReceptionistTools:
             return {"error": error}
         return {"available": self._nearest(service, day, time)}
 
-    def book_appointment(self, service: str, day: str, time: str, name: str) -> dict:
+    def book_appointment(self, service: str, day: str, time: str, name: str, *,
+                         caller: str | None = None) -> dict:
         error = self._check({"service": service, "day": day, "time": time}, need_time=True)
         if error or not isinstance(name, str) or not name.strip():
             return {"error": error or "a name is needed"}
-        if self.book.book(service, day, time, name) is not None:
+        if self.book.book(service, day, time, name, owner=caller) is not None:
             return {"booked": True}
         return {"booked": False, "alternatives": [
             t for t in self._nearest(service, day, time) if t != time][:MAX_OFFERED]}
 
-    def cancel_appointment(self, name: str, day: str) -> dict:
+    def cancel_appointment(self, name: str, day: str, *, caller: str | None = None) -> dict:
         if day not in DAYS or not isinstance(name, str) or not name.strip():
             return {"error": "a name and a weekday are needed"}
-        return {"cancelled": self.book.cancel(name, day)}
+        return {"cancelled": self.book.cancel(name, day, owner=caller, rule=self.owner_rule)}
 
-    def call(self, name: str, arguments: dict[str, Any]) -> dict:
-        """Run one tool by name (unknown tools and bad arguments give {"error": ...})."""
+    def call(self, name: str, arguments: dict[str, Any], *, caller: str | None = None) -> dict:
+        """Run one tool by name for `caller` (unknown tools and bad arguments give
+        {"error": ...}; only the schema's own arguments are accepted)."""
         if name not in self.names or not isinstance(arguments, dict):
             return {"error": f"unknown tool {name!r}"}
+        unexpected = sorted(str(k) for k in set(arguments) - self._arguments[name])
+        if unexpected:
+            return {"error": f"unexpected argument {unexpected[0][:40]!r}"}
+        owned = {"caller": caller} if name != "check_availability" else {}
         try:
-            return getattr(self, name)(**arguments)
-        except TypeError as exc:  # missing / unexpected arguments
+            return getattr(self, name)(**arguments, **owned)
+        except TypeError as exc:  # missing arguments
             return {"error": str(exc).split(") ", 1)[-1]}
 
     # ------------------------------------------------------------------ pipecat
@@ -103,11 +127,14 @@ class ReceptionistTools:
             properties=t["function"]["parameters"]["properties"],
             required=t["function"]["parameters"]["required"]) for t in self.schemas])
 
-    def register(self, llm, *, cancel_on_interruption: bool = True) -> None:
-        """Register every tool on a pipecat LLMService (the book runs in a worker thread)."""
+    def register(self, llm, *, caller: str | None = None,
+                 cancel_on_interruption: bool = True) -> None:
+        """Register every tool on a pipecat LLMService for one session's `caller` (the
+        session's owner identity; the book runs in a worker thread)."""
         for name in self.names:
             async def handler(params, _name=name):
-                result = await asyncio.to_thread(self.call, _name, dict(params.arguments))
+                result = await asyncio.to_thread(self.call, _name, dict(params.arguments),
+                                                 caller=caller)
                 await params.result_callback(result)
 
             llm.register_function(name, handler, cancel_on_interruption=cancel_on_interruption)

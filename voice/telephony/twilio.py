@@ -61,6 +61,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.call_limits import CallWatchdog
+from diffvoice.voice.receptionist.owner import phone_owner
 from diffvoice.voice.telephony import signature, twiml
 from diffvoice.voice.telephony.admission import (
     PhoneAdmission,
@@ -411,6 +412,8 @@ async def _run_call(
         # streaming resampler emit ~95-150 ms bursts instead.
         audio_out_sample_rate=TWILIO_SAMPLE_RATE,
         on_latency=lambda record: tracker.on_latency(record, time.time()),
+        # bookings belong to the caller's number (bound to the stream token with the CallSid)
+        caller=phone_owner(start.custom_parameters.get("From"), start.call_sid),
     )
     call.worker = worker
 

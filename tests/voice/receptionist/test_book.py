@@ -56,15 +56,15 @@ def test_slots_follow_opening_hours_and_durations(tmp_path, facts):
 
 def test_booking_blocks_every_overlapping_start_and_cancel_frees_them(tmp_path, facts):
     book = AppointmentBook(tmp_path / "a.sqlite3", facts)
-    assert book.book("cleanings", "friday", "10:00", "ann lee")  # 10:00-10:45: cells 10:00, 10:30
+    assert book.book("cleanings", "friday", "10:00", "ann lee", owner="a")  # cells 10:00, 10:30
     free = book.free_starts("cleanings", "friday")
     assert "10:00" not in free and "10:30" not in free and "09:30" not in free  # 9:30 runs to 10:15
     assert "09:00" in free and "11:00" in free
     assert book.book("fillings", "friday", "09:30", "bo") is None  # would overlap
     assert book.book("cleanings", "friday", "10:15", "bo") is None  # off the grid
     assert book.book("cleanings", "sunday", "10:00", "bo") is None  # closed
-    assert not book.cancel("nobody", "friday")
-    assert book.cancel("Ann Lee ", "friday")
+    assert not book.cancel("nobody", "friday", owner="a")
+    assert book.cancel("Ann Lee ", "friday", owner="a")
     assert "10:00" in book.free_starts("cleanings", "friday")
 
 
@@ -130,14 +130,15 @@ def test_tools_return_what_the_model_reads(tmp_path, facts):
                                              "time": None})["available"] == [
         "08:00", "08:30", "09:00"]
     assert tools.call("book_appointment", {"service": "cleanings", "day": "friday",
-                                           "time": "10:00", "name": "ann lee"}) == {"booked": True}
+                                           "time": "10:00", "name": "ann lee"},
+                      caller="session:a") == {"booked": True}
     second = tools.call("book_appointment", {"service": "cleanings", "day": "friday",
                                              "time": "10:00", "name": "bo"})
     assert second["booked"] is False and second["alternatives"] == ["09:00", "11:00", "08:30"]
-    assert tools.call("cancel_appointment", {"name": "ann lee", "day": "friday"}) == {
-        "cancelled": True}
-    assert tools.call("cancel_appointment", {"name": "ann lee", "day": "friday"}) == {
-        "cancelled": False}
+    assert tools.call("cancel_appointment", {"name": "ann lee", "day": "friday"},
+                      caller="session:a") == {"cancelled": True}
+    assert tools.call("cancel_appointment", {"name": "ann lee", "day": "friday"},
+                      caller="session:a") == {"cancelled": False}
     assert "error" in tools.call("book_appointment", {"service": "massage", "day": "friday",
                                                       "time": "10:00", "name": "x"})
     assert "error" in tools.call("nope", {})
@@ -166,6 +167,6 @@ def test_no_file_descriptor_outlives_an_operation_on_pool_threads(tmp_path, fact
 
         results = list(pool.map(call, range(4)))
         assert all("error" not in r for r in results), results
-        assert book.book("cleanings", "monday", "09:00", "ann lee")
-        assert book.cancel("ann lee", "monday") and book.bookings() == []
+        assert book.book("cleanings", "monday", "09:00", "ann lee", owner="a")
+        assert book.cancel("ann lee", "monday", owner="a") and book.bookings() == []
         assert _open_fds() == before, "a connection outlived its operation"

@@ -36,9 +36,9 @@ def server(random_engine, tmp_path_factory):
     calls = []
     real_call = state.receptionist.call
 
-    def spy(name, arguments):
-        result = real_call(name, arguments)
-        calls.append((name, arguments, result))
+    def spy(name, arguments, *, caller=None):
+        result = real_call(name, arguments, caller=caller)
+        calls.append((name, arguments, result, caller))
         return result
 
     state.receptionist.call = spy
@@ -75,13 +75,15 @@ async def test_a_spoken_turn_calls_the_book_and_speaks_the_outcome(server, speec
                 break
             await asyncio.sleep(0.1)
     assert len(calls) == 1, calls
-    name, args, result = calls[0]
+    name, args, result, caller = calls[0]
     assert name == "book_appointment" and set(args) == {"service", "day", "time", "name"}
+    # the booking belongs to this browser session (issue 39 item 10), not to anything said
+    assert caller is not None and caller.startswith("session:") and len(caller) > 8
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT service, day, start_min, name FROM visits").fetchall()
+        rows = conn.execute("SELECT service, day, start_min, name, owner FROM visits").fetchall()
     if result == {"booked": True}:
         h, m = map(int, args["time"].split(":"))
-        assert rows == [(args["service"], args["day"], h * 60 + m, args["name"].strip())]
+        assert rows == [(args["service"], args["day"], h * 60 + m, args["name"].strip(), caller)]
     else:
         assert result["booked"] is False and rows == []
     # the result went back to the model, whose second answer was spoken
