@@ -53,8 +53,11 @@ def hostile_schema(rng: random.Random, depth: int = 0) -> Any:
     kind = rng.choice(TYPES)
     schema: dict[str, Any] = {"type": kind}
     if kind == "object" or rng.random() < 0.1:
-        n = rng.choice([0, 1, 2, 3, 5, 70]) if depth < 4 else rng.choice([0, 1])
-        props = {f"p{i}": hostile_schema(rng, depth + 1) for i in range(n)}
+        n = rng.choice([0, 1, 2, 3, 5, 70]) if depth == 0 else rng.choice([0, 1, 2])
+        if n > 5:  # many properties: plain ones (the count is the attack, not the size)
+            props = {f"p{i}": {"type": "string"} for i in range(n)}
+        else:
+            props = {f"p{i}": hostile_schema(rng, depth + 1) for i in range(n)}
         schema["properties"] = props if rng.random() > 0.05 else rng.choice([[1], "abc", 3])
     extras = {
         "maxLength": lambda: rng.choice([rng.randint(0, 80), *BAD_NUMBERS, *BAD_VALUES]),
@@ -84,7 +87,8 @@ def hostile_request(rng: random.Random) -> tuple[list, Any, Any]:
     n = rng.choice([1, 1, 1, 2, 3, 65, 300]) if rng.random() < 0.95 else 5000
     tools = []
     for i in range(n):
-        params = hostile_schema(rng)
+        # many tools: trivial ones (5,000 of them is 740 KB, under the body cap)
+        params = hostile_schema(rng) if n <= 3 else {"type": "object", "properties": {}}
         if isinstance(params, dict) and rng.random() < 0.8:
             params["type"] = "object"
         name = f"t{i}" if rng.random() > 0.03 else rng.choice(["", "a b", "x" * 100, 5])
