@@ -124,6 +124,9 @@ class Engine:
             PREPARE_THREADS, thread_name_prefix="diffvoice-prepare")
         self.total_passes = 0
         self.isolated_passes = 0  # batched passes that failed and were re-run row by row
+        # the longest any one request's preparation held the worker thread (seconds): only
+        # short, unconstrained prompts are prepared there (see generate)
+        self.worker_prepare_max_s = 0.0
         self.last_batch_size = 0
         # optional messages -> messages hook run (in a worker thread) on every chat request
         # before it is templated: the receptionist's paraphrase snapping
@@ -256,6 +259,8 @@ class Engine:
                     "reused_prefix_tokens": self.scheduler.reused_tokens,
                     "drafts": self.scheduler.drafts_in_flight(),
                     "drafts_shed": self.scheduler.shed_total,
+                    "isolated_passes": self.isolated_passes,
+                    "worker_prepare_max_ms": round(self.worker_prepare_max_s * 1e3, 3),
                     "max_running": self.config.max_running, "device": str(self.device),
                     "model": self.model_name}
 
@@ -376,12 +381,17 @@ class Engine:
         request that cannot be prepared or queued gets its error through its queue."""
         ready = []
         for p in pending:
+            t0 = time.perf_counter()
             try:
                 seq = p.seq or self.prepare(p.messages, p.params, p.request_id,
                                             p.template_kwargs)
             except Exception as exc:  # a bad request: its caller raises it, nobody else sees it
                 p.caller.loop.call_soon_threadsafe(p.caller.queue.put_nowait, exc)
                 continue
+            finally:
+                if p.seq is None:
+                    self.worker_prepare_max_s = max(self.worker_prepare_max_s,
+                                                    time.perf_counter() - t0)
             seq.draft = p.draft
             ready.append((p, seq))
         with self._lock:

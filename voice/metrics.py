@@ -34,6 +34,8 @@ without the `_ms` suffix; the /v1 API's request metrics are voice/openai_api/met
     diffvoice_engine_passes_total             counter (engine.stats()["passes"])
     diffvoice_engine_steps_total              counter (engine.stats()["steps"])
     diffvoice_engine_up                       gauge: 1 if the last stats() call worked, else 0
+    diffvoice_engine_isolated_passes_total    counter (a failed batched pass re-run row by row)
+    diffvoice_engine_worker_prepare_max_ms    gauge  (longest preparation on the worker thread)
     diffvoice_engine_callers / _generators / _free_slots   gauges (leak checks: requests with a
                                               caller, sampling generators, free KV slots)
     diffvoice_event_loop_tasks                gauge: asyncio tasks on the server loop
@@ -104,6 +106,10 @@ _ENGINE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
      "gauge"),
     ("generators", "diffvoice_engine_generators", "Per-slot sampling generators held", "gauge"),
     ("free_slots", "diffvoice_engine_free_slots", "Engine slots free now", "gauge"),
+    ("isolated_passes", "diffvoice_engine_isolated_passes",
+     "Batched passes that failed and were re-run row by row (one request's fault)", "counter"),
+    ("worker_prepare_max_ms", "diffvoice_engine_worker_prepare_max_ms",
+     "Longest one request's preparation held the engine's worker thread (ms)", "gauge"),
 )
 
 
