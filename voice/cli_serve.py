@@ -139,17 +139,10 @@ def run(args: argparse.Namespace) -> int:
         logger.info(f"serving {'the API' if config.api_only else 'the voice demo'} at {url}")
         for line in twilio_banner(config):
             logger.info(line)
-        from diffvoice.voice.transport.keepalive import KeepaliveWebSocketProtocol
+        from diffvoice.voice.http_limits import uvicorn_options
 
-        uvicorn.run(
-            app, host=config.host, port=config.port, log_level="warning", ws_max_size=1 << 20,
-            ws=KeepaliveWebSocketProtocol,
-            # PCM and mu-law audio do not compress: per-message deflate only costs CPU on the
-            # event loop (measured under py-spy: ~1% of the loop per call)
-            ws_per_message_deflate=False,
-            ws_ping_interval=config.ws_ping_interval_s or None,
-            ws_ping_timeout=config.ws_ping_timeout_s or None,
-        )
+        # header / keep-alive timeouts, concurrency limit, WebSocket keepalive: see http_limits
+        uvicorn.run(app, host=config.host, port=config.port, **uvicorn_options(config))
     finally:
         state.engine.close()
     return 0

@@ -87,6 +87,24 @@ class SessionLimits:
                        "it is closed"),
     )
 
+    # --- slow HTTP clients (voice.http_limits: uvicorn's settings) ---
+    header_timeout_s: float = field(
+        default=10.0,
+        metadata=_help("seconds a client has, from connecting (or from its next request's first "
+                       "byte on a kept-alive connection), to send a whole request line and "
+                       "headers (also a WebSocket upgrade's); slower ones are disconnected"),
+    )
+    keep_alive_timeout_s: float = field(
+        default=5.0,
+        metadata=_help("close an idle kept-alive HTTP connection after this many seconds"),
+    )
+    connection_headroom: int = field(
+        default=128,
+        metadata=_help("open connections per server process beyond --max-sessions (API "
+                       "clients, page loads); past max_sessions + this, new HTTP requests get "
+                       "503 at once (uvicorn limit_concurrency)"),
+    )
+
     # --- WebSocket keepalive (voice.transport.keepalive) ---
     ws_ping_interval_s: float = field(
         default=20.0,
@@ -107,7 +125,8 @@ class SessionLimits:
     )
 
     def _check_limits(self) -> None:
-        for name in ("idle_timeout_s", "max_call_s", "handshake_timeout_s"):
+        for name in ("idle_timeout_s", "max_call_s", "handshake_timeout_s", "header_timeout_s",
+                     "keep_alive_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
@@ -115,7 +134,8 @@ class SessionLimits:
                 or self.malloc_arena_max < 0:
             raise ValueError(f"malloc_arena_max must be an integer >= 0, got "
                              f"{self.malloc_arena_max!r}")
-        for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes"):
+        for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes",
+                     "connection_headroom"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

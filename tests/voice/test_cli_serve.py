@@ -94,3 +94,25 @@ def test_serve_sets_the_interpreter_switch_interval(tmp_path, monkeypatch):
         sys.setswitchinterval(before)
     assert seen[0] == 0.001 and seen[1] == 0.0025 and seen[2] == before
     assert cli_serve.run(_args(base + ["--switch-interval-ms", "-1"])) == 2
+
+
+def test_serve_gives_uvicorn_the_slow_client_limits(tmp_path, monkeypatch):
+    """Issue 39 item 8: `diffvoice serve` runs uvicorn with a request-head timeout, a keep-alive
+    timeout and a concurrency limit sized from --max-sessions (voice.http_limits)."""
+    import uvicorn
+
+    from diffvoice.engine.testing import make_random_checkpoint
+    from diffvoice.voice.http_limits import HeaderTimeoutMixin
+
+    model = make_random_checkpoint(tmp_path / "m", family="sdar")
+    seen = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.append(kw))
+    base = ["--model", str(model), "--asr", str(TINY_WHISPER), "--device", "cpu",
+            "--max-sessions", "20", "--connection-headroom", "30", "--header-timeout-s", "4",
+            "--keep-alive-timeout-s", "2"]
+    assert cli_serve.run(_args(base)) == 0
+    options = seen[0]
+    assert issubclass(options["http"], HeaderTimeoutMixin)
+    assert options["http"].header_timeout_s == 4.0
+    assert options["timeout_keep_alive"] == 2.0 and options["limit_concurrency"] == 50
+    assert options["ws_max_size"] == 1 << 20 and options["ws_ping_interval"] == 20.0

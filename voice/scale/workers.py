@@ -253,7 +253,6 @@ def serve_worker(config, k: int, listen: socket.socket, private: socket.socket,
     from diffvoice.voice.cli_serve import StartupError, build_app, load_state
     from diffvoice.voice.scale.metrics import ReplicaMetrics
     from diffvoice.voice.telephony.admission import claim_retention_s, phone_call_limit
-    from diffvoice.voice.transport.keepalive import KeepaliveWebSocketProtocol
 
     if config.malloc_arena_max:
         malloc_tune.limit_arenas(config.malloc_arena_max)
@@ -284,10 +283,9 @@ def serve_worker(config, k: int, listen: socket.socket, private: socket.socket,
             state.engine.close()
             return 2
     logger.info(f"{worker_id} (pid {os.getpid()}): accepting")
-    server = uvicorn.Server(uvicorn.Config(
-        app, log_level="warning", ws_max_size=1 << 20, ws=KeepaliveWebSocketProtocol,
-        ws_per_message_deflate=False, ws_ping_interval=config.ws_ping_interval_s or None,
-        ws_ping_timeout=config.ws_ping_timeout_s or None))
+    from diffvoice.voice.http_limits import uvicorn_options
+
+    server = uvicorn.Server(uvicorn.Config(app, **uvicorn_options(config)))
     try:
         server.run(sockets=[listen, private])
     finally:
