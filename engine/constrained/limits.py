@@ -161,10 +161,23 @@ def check_request(tools, tool_choice, response_format) -> None:
         raise ValueError("tools must be a list of tool objects")
     if len(tools) > MAX_TOOLS:
         raise ValueError(f"tools: at most {MAX_TOOLS} tools per request, got {len(tools)}")
-    size = len(_schema_text([list(tools), tool_choice, response_format], "tools"))
-    if size > MAX_SCHEMA_CHARS:
-        raise ValueError(f"tools and response_format: {size} characters of schema, at most "
-                         f"{MAX_SCHEMA_CHARS}")
+    text = _schema_text([list(tools), tool_choice, response_format], "tools")
+    if len(text) > MAX_SCHEMA_CHARS:
+        raise ValueError(f"tools and response_format: {len(text)} characters of schema, at "
+                         f"most {MAX_SCHEMA_CHARS}")
+    if text in _passed:  # the same tools as an earlier request (a voice call's every turn)
+        return
+    _check(tools, response_format)
+    if len(_passed) >= _PASSED_MAX:
+        _passed.pop(next(iter(_passed)))
+    _passed[text] = True
+
+
+_PASSED_MAX = 256
+_passed: dict[str, bool] = {}  # request schemas (compact JSON) that passed, oldest first
+
+
+def _check(tools, response_format) -> None:
     walk = _Walk()
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
