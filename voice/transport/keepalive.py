@@ -16,6 +16,9 @@ picks) with one change at the pong deadline (`ping_timeout` seconds after a keep
   with **1008** and reason `keepalive_timeout` (documented in docs/protocol.md; counted in
   `KeepaliveWebSocketProtocol.closed`). The application then sees a disconnect as for any
   vanished client.
+A text frame that is not valid UTF-8 is closed with **1007** as uvicorn does, but logged as one
+WARNING line on `uvicorn.error` (client address, byte count), not uvicorn's ERROR with a full
+traceback per frame (issue 39: 136 tracebacks in one fuzz run); the app sees a disconnect.
 Pass the class as `uvicorn.run(..., ws=KeepaliveWebSocketProtocol)`; `ws_ping_interval=None`
 turns keepalive pings off, `ws_ping_timeout=None` sends pings but never times out. The idle
 timeout (`idle_timeout_s`, no caller audio) stays the documented reaper of quiet calls.
@@ -40,6 +43,21 @@ class KeepaliveWebSocketProtocol(WebSocketsSansIOProtocol):
     def data_received(self, data: bytes) -> None:
         self.last_received_at = self.loop.time()
         super().data_received(data)
+
+    def send_receive_event_to_app(self) -> None:
+        if self.curr_msg_data_type == "text" and not self.close_sent:
+            data = b"".join(self.frames)
+            try:
+                data.decode()
+            except UnicodeDecodeError as e:
+                self.frames = []
+                client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+                self.logger.warning("%s - WebSocket text frame is not valid UTF-8 (%d bytes, "
+                                    "at byte %d): closing 1007", client, len(data), e.start)
+                self.conn.send_close(1007)
+                self.handle_parser_exception()
+                return
+        super().send_receive_event_to_app()
 
     def keepalive_timeout(self) -> None:
         alive = self.read_paused or self.last_received_at > self.ping_sent_at
