@@ -50,7 +50,14 @@ class PreparationAborted(ValueError):
 
 
 class Budget:
-    """Wall-clock budget (and cancellation) of one request's preparation."""
+    """The work one request's preparation may take, and its cancellation.
+
+    `seconds` is CPU time of the preparing thread (time.thread_time): the work this request
+    causes, not the time it waits for the interpreter lock or a core while others run, so a
+    legitimate request is not refused because the machine is busy. A wall-clock cap of
+    WALL_FACTOR x `seconds` stops a preparation that is starved or waits for too long."""
+
+    WALL_FACTOR = 10
 
     def __init__(self, seconds: float, cancelled: threading.Event | None = None):
         self.seconds = seconds
@@ -58,13 +65,15 @@ class Budget:
         self.start()
 
     def start(self) -> None:
-        """(Re)start the clock: when the preparation begins to run, not when it was queued."""
-        self.deadline = time.perf_counter() + self.seconds
+        """(Re)start the clocks, on the thread that does the work: when the preparation begins
+        to run, not when it was queued."""
+        self.cpu_deadline = time.thread_time() + self.seconds
+        self.wall_deadline = time.perf_counter() + self.seconds * self.WALL_FACTOR
 
     def check(self, where: str = "") -> None:
         if self.cancelled is not None and self.cancelled.is_set():
             raise PreparationAborted("the request was cancelled while it was prepared")
-        if time.perf_counter() > self.deadline:
+        if time.thread_time() > self.cpu_deadline or time.perf_counter() > self.wall_deadline:
             raise PreparationAborted(
                 f"compiling this request's schema{' (' + where + ')' if where else ''} took "
                 f"longer than the {self.seconds:g} s preparation budget: simplify the tools or "

@@ -58,11 +58,17 @@ class Plan:
         return max(lengths, default=0)
 
 
+_vocab_lock = threading.Lock()
+
+
 def _vocab(tokenizer) -> Vocab:
+    """The tokenizer's vocabulary tables, built once per tokenizer (not a request's work)."""
     vocab = getattr(tokenizer, "_diffvoice_vocab", None)
     if vocab is None:
-        vocab = Vocab(tokenizer)
-        tokenizer._diffvoice_vocab = vocab
+        with _vocab_lock:
+            vocab = getattr(tokenizer, "_diffvoice_vocab", None)
+            if vocab is None:
+                vocab = tokenizer._diffvoice_vocab = Vocab(tokenizer)
     return vocab
 
 
@@ -185,6 +191,8 @@ def _compile_cached(key, tools, tool_choice, schema, tokenizer, eos_id, max_new_
 def _compile(tools, tool_choice, schema, tokenizer, eos_id: int, max_new_tokens: int,
              budget: Budget | None) -> Plan:
     vocab = _vocab(tokenizer)
+    if budget is not None:  # the tables (built once per tokenizer) are not this request's work
+        budget.start()
     open_ids = vocab.encode(TOOL_CALL_OPEN)
     if schema is not None:
         if tools and tool_choice != "none":
