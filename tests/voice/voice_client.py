@@ -57,8 +57,10 @@ async def _reader(ws, call: Call, done: asyncio.Event, until) -> None:
         done.set()
 
 
-async def send_pcm(ws, pcm: bytes, *, speed: float = 4.0) -> None:
-    """Send PCM in 20 ms frames, `speed` times faster than real time."""
+async def send_pcm(ws, pcm: bytes, *, speed: float = 1.5) -> None:
+    """Send PCM in 20 ms frames, `speed` times faster than real time (at most the server's
+    default audio rate limit, 1.5x: a faster client loses audio past its 2 s burst,
+    voice/ingest_limit.py)."""
     for offset in range(0, len(pcm), CHUNK_BYTES):
         await ws.send(pcm[offset : offset + CHUNK_BYTES])
         await asyncio.sleep(0.02 / speed)
