@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             scale[key] = value
     if args.input_frame_ms is not None:
         scale["input_frame_ms"] = args.input_frame_ms
+    scale["corpus_cache"] = str(Path(args.corpus_cache).expanduser())  # attacks' own prompts
     if args.workers is not None:
         if args.workers < 1:
             print("diffvoice bench reliability: --workers must be >= 1", file=sys.stderr)

@@ -82,7 +82,8 @@ def _get(url: str, timeout: float = 10.0) -> bytes:
 async def metrics(ctx: Ctx) -> dict[str, float]:
     """One server's samples. With `serve --workers N` (ctx.settings["workers"]) that is
     /metrics/cluster with the workers' `replica` label folded away: summed (sessions, slots,
-    tasks, fds, RSS: the whole server's), the event-loop lag as its worst worker's."""
+    tasks, fds, RSS: the whole server's), the event-loop lag and `*_max_ms` gauges (the
+    engine's longest preparation) as their worst worker's."""
     workers = int(ctx.settings.get("workers") or 1)
     path = "/metrics/cluster" if workers > 1 else "/metrics"
     text = (await asyncio.to_thread(_get, ctx.http + path)).decode()
@@ -94,7 +95,7 @@ async def metrics(ctx: Ctx) -> dict[str, float]:
             key = f"{sample.name}{{{labels}}}" if labels else sample.name
             if key not in out:
                 out[key] = sample.value
-            elif "lag" in sample.name:
+            elif "lag" in sample.name or sample.name.endswith("_max_ms"):  # worst worker's
                 out[key] = max(out[key], sample.value)
             else:
                 out[key] += sample.value
@@ -255,7 +256,11 @@ def answered(turn: TurnResult) -> bool:
 def turn_summary(turns: Sequence[TurnResult]) -> dict[str, Any]:
     v2v = [t.stages(True).get("voice_to_voice_ms") for t in turns if t.status == "ok"]
     v2v = [x for x in v2v if x is not None]
+    server = [float(t.server["server_ms"]) for t in turns if t.status == "ok"
+              and isinstance(t.server.get("server_ms"), (int, float))]  # browser turns only
     return {"turns": len(turns), "ok": sum(t.status == "ok" for t in turns),
             "failed": [f"{t.status}: {t.message}" for t in turns if t.status != "ok"][:10],
             "v2v_p50_ms": round(float(np.percentile(v2v, 50)), 0) if v2v else None,
-            "v2v_p99_ms": round(float(np.percentile(v2v, 99)), 0) if v2v else None}
+            "v2v_p99_ms": round(float(np.percentile(v2v, 99)), 0) if v2v else None,
+            "server_ms_p50": round(float(np.percentile(server, 50)), 0) if server else None,
+            "server_ms_p99": round(float(np.percentile(server, 99)), 0) if server else None}

@@ -2,13 +2,16 @@
 stream real speech.
 
 Contract: `await run(ctx, scale)` sends `scale["fuzz_inputs"]` malformed inputs (fuzz_cases,
-seeded) with `scale["fuzz_concurrency"]` in flight, plus `scale["fuzz_mid_calls"]` /ws calls
-that send one bad message after session.start and `scale["fuzz_media_calls"]` Twilio calls that
-slip `MALFORMED_PER_CALL` malformed messages between valid media and then hang up; meanwhile
+seeded; `scale["fuzz_schemas"]` of them /v1 requests with generated hostile schemas, counted
+apart as `generated_schemas`) with `scale["fuzz_concurrency"]` in flight, plus
+`scale["fuzz_mid_calls"]` /ws calls that send one bad message after session.start and
+`scale["fuzz_media_calls"]` Twilio calls that slip `MALFORMED_PER_CALL` malformed messages
+between valid media and then hang up; meanwhile
 `scale["fuzz_legit_calls"]` calls (browser and Twilio, alternating) speak
 `scale["fuzz_legit_turns"]` turns each. Every input's outcome is compared with the documented
 one; the result counts inputs per surface/family, mismatches (with examples), 1011/5xx answers,
-legitimate turns answered, and the server's /metrics leak gauges afterwards.
+legitimate turns answered, the server's /metrics leak gauges afterwards, and the engine's
+diffvoice_engine_worker_prepare_max_ms (checked <= 100 ms).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from diffvoice.voice.telephony import signature
 from diffvoice.voice.transport import protocol
 
 MALFORMED_PER_CALL = 40  # < the server's MAX_MALFORMED (50): the call must survive them
+PREPARE_GOAL_MS = 100.0  # the longest one request's preparation may hold the engine's worker
+PREPARE = "diffvoice_engine_worker_prepare_max_ms"
 
 
 async def _ws_outcome(url: str, payload, first=None, within_s: float = 20.0) -> tuple:
@@ -170,14 +175,17 @@ async def _media_call(ctx: Ctx, rng: random.Random, index: int) -> dict[str, Any
 
 async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     rng = random.Random(12)
-    n = scale["fuzz_inputs"]
+    schemas = scale.get("fuzz_schemas", 0)
+    n = scale["fuzz_inputs"] - schemas  # the hand-written families share the rest
     model = ctx.settings["model_name"]
     cases = (fuzz_cases.ws_cases(rng, int(n * 0.35)) + fuzz_cases.webhook_cases(rng, int(n * 0.2))
              + fuzz_cases.stream_cases(rng, int(n * 0.2)) + fuzz_cases.v1_cases(rng, n - int(
-                 n * 0.35) - 2 * int(n * 0.2), model))
+                 n * 0.35) - 2 * int(n * 0.2), model)
+             + fuzz_cases.schema_cases(rng, schemas, model))
     rng.shuffle(cases)
     baseline = await metrics(ctx)
     counts: Counter = Counter()
+    schema_statuses: Counter = Counter()
     bad: list[str] = []
     five_hundreds = 0
     sem = asyncio.Semaphore(scale["fuzz_concurrency"])
@@ -195,6 +203,8 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
                 want = case.expect_status
             ok = got in want if case.surface in ("webhook", "v1") else got == want
         counts[(case.surface, case.family, ok)] += 1
+        if case.family == "generated_schema":
+            schema_statuses[str(got)] += 1
         if case.surface in ("webhook", "v1"):
             server_fault = isinstance(got, int) and got >= 500
         elif case.surface == "ws":
@@ -234,20 +244,29 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         entry["ok" if ok else "bad"] += v
     survived = sum(m["closed_before_stop"] is None for m in media_calls)
     good_turns = sum(answered(t) for t in turns)
+    generated = sum(schema_statuses.values())
+    prepare_ms = after.get(PREPARE)
     checks = [
         check(f"at least {scale['fuzz_min_total']} malformed inputs", total >=
               scale["fuzz_min_total"], f"{total}"),
         check("every malformed input got its documented outcome", mismatched == 0 and all(mids),
               f"{mismatched} of {sum(counts.values())} single inputs, "
               f"{len(mids) - sum(mids)} of {len(mids)} mid-call"),
+        check(f"at least {schemas} of them generated schemas (200 or 4xx, never 5xx)",
+              generated >= schemas, f"{generated}: {json.dumps(dict(schema_statuses))}"),
         check("0 answers of 1011 / 5xx to client mistakes", five_hundreds == 0,
               f"{five_hundreds}"),
+        check(f"no request held the engine worker > {PREPARE_GOAL_MS:.0f} ms of preparation",
+              prepare_ms is not None and prepare_ms <= PREPARE_GOAL_MS, f"{prepare_ms} ms"),
         check("calls with malformed media messages were not ended by them",
               survived == len(media_calls), f"{survived} of {len(media_calls)}"),
         check("legitimate calls answered every turn", good_turns == len(turns),
               f"{good_turns} of {len(turns)}"),
         *leak_checks(after, baseline, "after fuzz"),
     ]
-    return {"inputs": total, "elapsed_s": round(elapsed, 1), "families": families,
+    return {"inputs": total, "generated_schemas": generated,
+            "generated_schema_statuses": dict(schema_statuses),
+            "worker_prepare_max_ms": prepare_ms, "elapsed_s": round(elapsed, 1),
+            "families": families,
             "mismatch_examples": bad, "mid_call_ok": sum(mids), "mid_calls": len(mids),
             "media_calls": media_calls[:5], "legit": turn_summary(turns), "checks": checks}

@@ -1,7 +1,9 @@
 """Malformed inputs for every surface, each with the outcome the docs promise for it.
 
 Contract: `ws_cases(rng, n)`, `webhook_cases(rng, n)`, `stream_cases(rng, n)`, `v1_cases(rng, n,
-model)` each return n `Case`s drawn (seeded) from the families below; `media_garbage(rng)` is
+model)` each return n `Case`s drawn (seeded) from the families below, `schema_cases(rng, n,
+model)` n /v1 requests whose tools / response_format come from the hostile-schema generator
+(latency_bench.reliability.schemas: 200 or any 4xx, never 5xx); `media_garbage(rng)` is
 one malformed Media Streams message for use after a valid `start`. A Case holds what to send
 and what must come back: for /ws the error code + close code (docs/protocol.md), for the
 Twilio stream the close code (voice/telephony/handshake.py), for HTTP the allowed statuses.
@@ -194,4 +196,28 @@ def v1_cases(rng: random.Random, n: int, model: str) -> list[Case]:
     for i in range(n):
         name, make, statuses = families[i % len(families)]
         out.append(Case("v1", name, make(), expect_status=statuses))
+    return out
+
+
+SCHEMA_STATUSES = (200, *range(400, 500))
+
+
+def schema_cases(rng: random.Random, n: int, model: str) -> list[Case]:
+    """Generated schemas (schemas.hostile_request) in otherwise valid greedy requests."""
+    from diffvoice.latency_bench.reliability.schemas import hostile_request
+
+    out = []
+    for _ in range(n):
+        tools, choice, fmt = hostile_request(rng)
+        body: dict[str, Any] = {"model": model, "max_tokens": 8, "temperature": 0,
+                                "messages": [{"role": "user", "content": "hi"}]}
+        if tools:
+            body["tools"] = tools
+            if choice is not None:
+                body["tool_choice"] = choice
+        if fmt is not None:
+            body["response_format"] = fmt
+        # NaN / 1e400 (inf) as the generator gives them: json writes NaN / Infinity
+        out.append(Case("v1", "generated_schema", json.dumps(body).encode(),
+                        expect_status=SCHEMA_STATUSES))
     return out

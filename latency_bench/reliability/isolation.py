@@ -9,7 +9,8 @@ while one loopback IP sends `iso_bad_requests` /v1 requests with seeds >= 2**63
 (400, refused before templating) and 10 MB bodies (413 from the headers alone), opens
 `iso_flood_sockets` /ws sockets (beyond the per-IP cap: 1013 too_many_sessions) and floods one
 of them with pings. Checks: every legit turn answered in both rounds, probe p99 < 100 ms during
-the abuse, every abusive request got its documented status, leak gauges back to 0.
+the abuse, the browser caller's server_ms p99 in the abused round <= 2x the quiet round's, every
+abusive request got its documented status, leak gauges back to 0.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from diffvoice.latency_bench.reliability.fuzz import _post
 from diffvoice.voice.transport import protocol
 
 RTT_GOAL_MS = 100.0
+SERVER_MS_RATIO = 2.0  # legit server_ms p99 abused / quiet
 
 
 async def _abuse(ctx: Ctx, scale: dict, ip: str) -> dict[str, Any]:
@@ -136,6 +138,9 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     after = await settled(ctx, baseline=baseline)
     rtt = probe.summary()
     flood = abuse["flood"]
+    quiet_ms, abused_ms = (turn_summary(quiet)["server_ms_p99"],
+                           turn_summary(abused)["server_ms_p99"])
+    ratio = abused_ms / quiet_ms if quiet_ms and abused_ms else None
     checks = [
         check("quiet round: every legit turn answered", all(map(answered, quiet)),
               f"{sum(map(answered, quiet))} of {len(quiet)}"),
@@ -145,6 +150,10 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
               rtt["p99_ms"] < RTT_GOAL_MS and rtt["error"] is None,
               f"p50 {rtt['p50_ms']} / p99 {rtt['p99_ms']} / max {rtt['max_ms']} ms over "
               f"{rtt['pings']} pings"),
+        check(f"legit server_ms p99 in the abused round <= {SERVER_MS_RATIO:g}x the quiet "
+              "round", ratio is not None and ratio <= SERVER_MS_RATIO,
+              f"quiet p99 {quiet_ms} ms, abused p99 {abused_ms} ms (browser turns): ratio "
+              f"{None if ratio is None else round(ratio, 2)}"),
         check("every abusive request got its documented status", abuse["unexpected"] == 0,
               json.dumps(abuse["requests"])),
         check("the socket flood was capped per IP (1013 too_many_sessions)",

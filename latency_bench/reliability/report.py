@@ -13,12 +13,13 @@ from typing import Any
 TITLES = {
     "fuzz": "Fuzz: malformed input on every surface while real calls stream",
     "isolation": "Isolation: one abusive client, other callers unaffected",
+    "attacks": "Attacks: issue 39's ten findings re-run while two callers speak",
     "soak": "Soak: simulated callers for minutes",
     "storm": "Barge-in storm",
     "admission": "Admission: capacity, per-IP cap, idle reaping",
     "memory": "Memory per session",
 }
-ORDER = ("fuzz", "isolation", "soak", "storm", "admission", "memory")
+ORDER = ("fuzz", "isolation", "attacks", "soak", "storm", "admission", "memory")
 _HIDE = {"checks", "samples", "families", "curve", "cancel_passes", "barge_delays_s", "idle",
          "media_calls", "mismatch_examples", "error_examples", "failed_turns"}
 

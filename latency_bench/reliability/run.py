@@ -7,7 +7,7 @@ Contract:
   report).
 - `await run_parts(parts, scale, prompts) -> dict`: starts one LocalServer (pocketsphinx ASR,
   the embedded model, Twilio on with a random token, --public-url its own URL, the receptionist's
-  appointment book in a temporary directory), runs the parts
+  appointment book in a temporary directory: `ctx.settings["appointments_db"]`), runs the parts
   in order, each under a time bound, and returns {"parts": {name: result}, "server": {...}}. A
   part that raises is recorded as a failed check, never hidden. The server log is scanned for
   tracebacks, "Task was destroyed but it is pending" and pipeline-shutdown timeouts; it is kept
@@ -40,6 +40,7 @@ def server_args(scale: dict[str, Any], model: str) -> list[str]:
             "--max-sessions-per-ip", str(scale["per_ip"]),
             "--idle-timeout-s", str(scale["idle_timeout_s"]),
             "--handshake-timeout-s", str(scale["handshake_timeout_s"]),
+            "--header-timeout-s", str(scale["header_timeout_s"]),
             *(["--input-frame-ms", str(scale["input_frame_ms"])]
               if scale.get("input_frame_ms") else []),
             *(["--workers", str(scale["workers"])] if (scale.get("workers") or 1) > 1 else [])]
@@ -100,7 +101,9 @@ async def run_parts(parts, scale: dict, prompts, model: str) -> dict[str, Any]:
     with server:
         ctx = Ctx(server, prompts, token)
         info = await health(ctx)
-        ctx.settings = {"model_name": info["model"], **scale}
+        ctx.settings = {"model_name": info["model"], "model_dir": model,
+                        "appointments_db": str(Path(book_dir.name) / "appointments.sqlite3"),
+                        **scale}
         out["server"] = {k: info.get(k) for k in ("model", "asr", "tts", "stop_secs",
                                                   "max_sessions")}
         restarts = 0

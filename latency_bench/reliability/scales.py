@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-PARTS = ("fuzz", "isolation", "storm", "admission", "memory", "soak")
+PARTS = ("fuzz", "isolation", "attacks", "storm", "admission", "memory", "soak")
 
 SCALES: dict[str, dict[str, Any]] = {
     "short": {
         "name": "short", "max_sessions": 8, "per_ip": 3, "idle_timeout_s": 3.0,
-        "handshake_timeout_s": 2.0, "max_new_tokens": 12,
-        "fuzz_inputs": 300, "fuzz_min_total": 300, "fuzz_concurrency": 3, "fuzz_mid_calls": 5,
+        "handshake_timeout_s": 2.0, "header_timeout_s": 2.0, "max_new_tokens": 12,
+        "fuzz_inputs": 300, "fuzz_schemas": 40, "fuzz_min_total": 300, "fuzz_concurrency": 3,
+        "fuzz_mid_calls": 5,
         "fuzz_media_calls": 1, "fuzz_legit_calls": 1, "fuzz_legit_turns": 1,
         "iso_bad_requests": 8, "iso_huge_prompts": 1, "iso_flood_sockets": 6,
         "iso_legit_turns": 1,
+        "atk_quiet_turns": 0, "atk_legit_turns": 1, "atk_warmup": False, "atk_innocent": 4,
+        "atk_hostile": 2, "atk_concurrency": 4, "atk_flood_sockets": 1, "atk_flood_frames": 200,
+        "atk_replays": 2, "atk_phone_extra": 1, "atk_slow_heads": 20, "atk_slow_upgrades": 10,
+        "atk_bad_utf8": 3, "atk_booking_attempts": 4,
         "storm_sessions": 1, "storm_interruptions": 2,
         "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
         "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
@@ -23,12 +28,18 @@ SCALES: dict[str, dict[str, Any]] = {
     },
     "full": {
         "name": "full", "max_sessions": 40, "per_ip": 4, "idle_timeout_s": 10.0,
-        "handshake_timeout_s": 5.0, "max_new_tokens": 48,
-        "fuzz_inputs": 10_000, "fuzz_min_total": 10_000, "fuzz_concurrency": 16,
+        "handshake_timeout_s": 5.0, "header_timeout_s": 10.0, "max_new_tokens": 48,
+        "fuzz_inputs": 10_000, "fuzz_schemas": 2_000, "fuzz_min_total": 10_000,
+        "fuzz_concurrency": 16,
         "fuzz_mid_calls": 100, "fuzz_media_calls": 10, "fuzz_legit_calls": 2,
         "fuzz_legit_turns": 6,
         "iso_bad_requests": 200, "iso_huge_prompts": 20, "iso_flood_sockets": 200,
-        "iso_legit_turns": 4,
+        "iso_legit_turns": 8,
+        "atk_quiet_turns": 8, "atk_legit_turns": 3, "atk_warmup": True, "atk_innocent": 50,
+        "atk_hostile": 10, "atk_concurrency": 8, "atk_flood_sockets": 4,
+        "atk_flood_frames": 2000, "atk_replays": 40, "atk_phone_extra": 10,
+        "atk_slow_heads": 300, "atk_slow_upgrades": 200, "atk_bad_utf8": 50,
+        "atk_booking_attempts": 6,
         "storm_sessions": 4, "storm_interruptions": 100,
         "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
         "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,
