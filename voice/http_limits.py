@@ -5,9 +5,11 @@ ServeConfig. What each one bounds (uvicorn 0.55):
 - `http`: uvicorn's own HTTP protocol (httptools when installed, else h11) with
   `HeaderTimeoutMixin`: a client has `header_timeout_s` (10 s) from connecting — or, on a kept
   alive connection, from the first byte of its next request — to finish the request line and
-  headers; past it the connection is closed without
-  an answer. uvicorn itself bounds none of this (its keep-alive timer is armed only after a
-  response), so a socket that sends nothing, or half a request line, used to stay open for ever.
+  headers; past it the connection is closed without an answer. One peer IP may have at most
+  MAX_PENDING_HEADS_PER_IP (32) connections waiting for their head; one more is closed at once,
+  so one address cannot fill `limit_concurrency` with half-sent heads. uvicorn itself bounds
+  none of this (its keep-alive timer is armed only after a response), so a socket that sends
+  nothing, or half a request line, used to stay open for ever.
   A WebSocket upgrade's head counts the same; after the upgrade the app's own
   `handshake_timeout_s` (the first /ws message, Twilio's `start`) and the keepalive pings take
   over. (websockets' `open_timeout` belongs to its own
@@ -34,18 +36,29 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 MAX_HEAD_BYTES = 16 * 1024
 WS_MAX_SIZE = 1 << 20
+MAX_PENDING_HEADS_PER_IP = 32
 
 
 class HeaderTimeoutMixin:
     """Closes a connection whose request head is not complete `header_timeout_s` after the
-    connection opened (or, kept alive, after its next request's first byte). Put it first in the
-    bases of a uvicorn HTTP protocol class."""
+    connection opened (or, kept alive, after its next request's first byte); and one peer IP may
+    have at most `max_pending_heads_per_ip` connections waiting for their head at once (one more
+    is closed at once). Without that cap, one IP holding a few hundred half-sent heads would
+    fill uvicorn's `limit_concurrency` (it counts every open connection) and every other
+    client's HTTP request would get 503 until the heads timed out. A client that sends its head
+    promptly (a browser, an SDK, Twilio, a reverse proxy) has a head pending for microseconds.
+    Put it first in the bases of a uvicorn HTTP protocol class."""
 
     header_timeout_s = 10.0
+    max_pending_heads_per_ip = MAX_PENDING_HEADS_PER_IP
     closed = 0  # connections closed for a slow head (process-wide)
+    refused = 0  # connections closed at once: their IP had too many heads pending
+    _pending: dict[str, int] = {}  # peer IP -> connections waiting for their head (one loop)
 
     def connection_made(self, transport) -> None:
         self._head_timer: asyncio.TimerHandle | None = None
+        peer = transport.get_extra_info("peername")
+        self._peer_ip = peer[0] if isinstance(peer, tuple) and peer else None
         super().connection_made(transport)
         self._arm_head_timer()
 
@@ -56,14 +69,32 @@ class HeaderTimeoutMixin:
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+            ip = self._peer_ip
+            if ip is not None:
+                pending = HeaderTimeoutMixin._pending
+                pending[ip] = pending.get(ip, 0) + 1
+                if pending[ip] > self.max_pending_heads_per_ip \
+                        and not self.transport.is_closing():
+                    HeaderTimeoutMixin.refused += 1
+                    self.transport.close()
 
     def _cancel_head_timer(self) -> None:
         if getattr(self, "_head_timer", None) is not None:
             self._head_timer.cancel()
             self._head_timer = None
+            self._unpend()
+
+    def _unpend(self) -> None:
+        ip = self._peer_ip
+        pending = HeaderTimeoutMixin._pending
+        if ip is not None and ip in pending:
+            pending[ip] -= 1
+            if pending[ip] <= 0:
+                del pending[ip]
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
+        self._unpend()
         if not self.transport.is_closing():
             type(self).closed += 1
             self.transport.close()

@@ -98,3 +98,58 @@ def test_options_follow_the_config(voice_state):
     options = uvicorn_options(config)
     assert options["limit_concurrency"] == 15 and options["timeout_keep_alive"] == 3.0
     assert options["ws_ping_interval"] is None and options["http"].header_timeout_s == 10.0
+
+
+@pytest.fixture(scope="module")
+def tight_server(voice_state):
+    """limit_concurrency (max_sessions + connection_headroom) just above one IP's pending-head
+    cap, below the half heads the test sends."""
+    from diffvoice.voice.http_limits import MAX_PENDING_HEADS_PER_IP
+    from diffvoice.voice.server import create_app
+
+    limit = MAX_PENDING_HEADS_PER_IP + 4
+    config = voice_state.config.replace(
+        header_timeout_s=HEADER_TIMEOUT_S, keep_alive_timeout_s=30.0, max_sessions=2,
+        connection_headroom=limit - 2)
+    state = dataclasses.replace(voice_state, config=config, active_sessions=set(),
+                                client_slots=None, session_tokens=None)
+    with UvicornThread(create_app(state), **uvicorn_options(config)) as live:
+        yield live
+
+
+async def test_one_ip_cannot_fill_the_concurrency_limit_with_half_heads(tight_server):
+    """More than MAX_PENDING_HEADS_PER_IP half-sent heads from one IP: the extra ones are closed
+    at once, so the connection limit (uvicorn's limit_concurrency, which counts them) is never
+    reached and another client's request is answered 200, not 503 (found by the reliability
+    harness: 150 half heads against a limit of 136 made every /v1 request 503)."""
+    from diffvoice.voice.http_limits import MAX_PENDING_HEADS_PER_IP
+
+    n = MAX_PENDING_HEADS_PER_IP + 8
+    held = []
+    loop = asyncio.get_running_loop()
+    for _ in range(n):
+        reader, writer = await asyncio.open_connection("127.0.0.1", tight_server.port,
+                                                       local_addr=("127.0.0.2", 0))
+        writer.write(HALVES["half_headers"])
+        held.append((reader, writer))
+
+    async def closed(reader) -> bool:  # closed by the server well before the head timeout
+        try:
+            async with asyncio.timeout(HEADER_TIMEOUT_S / 4):
+                return await reader.read(1) == b""
+        except ConnectionResetError:  # closed with our half head unread: a reset
+            return True
+        except TimeoutError:
+            return False
+
+    t0 = loop.time()
+    closed_at_once = sum(await asyncio.gather(*(closed(r) for r, _ in held)))
+    assert loop.time() - t0 < HEADER_TIMEOUT_S / 2  # (else the head timeout closed them)
+    assert closed_at_once == n - MAX_PENDING_HEADS_PER_IP
+    reader, writer = await asyncio.open_connection("127.0.0.1", tight_server.port)
+    writer.write(REQUEST)
+    head = await asyncio.wait_for(reader.readline(), scaled(5))
+    assert head.startswith(b"HTTP/1.1 200"), head
+    writer.close()
+    for _, w in held:
+        w.close()
