@@ -1,8 +1,9 @@
 """Attacks: issue 39's ten findings re-run against the real server while two callers speak.
 
 Contract: `await run(ctx, scale)`:
-1. quiet baseline: `atk_quiet_turns`-turn browser + Twilio calls alone (their server_ms), then
-   `atk_innocent` innocent greedy /v1 requests alone (their answers and latency);
+1. baseline: `atk_quiet_turns`-turn browser + Twilio calls (their server_ms) while three rounds
+   of `atk_innocent` innocent greedy /v1 requests run (the first's answers and latency are the
+   reference), the same innocent load as attack phases 1-3 carry, but no attack;
 2. then one legitimate browser caller and one Twilio caller call again and again
    (`atk_legit_turns` turns a call; common.one_call) while the phases below run one after
    another, every socket attack from a loopback IP of its own (attack_api, attack_phone,
@@ -297,10 +298,16 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
                                                           or CORPUS_CACHE))
     if scale.get("atk_warmup"):
         await legit_calls(ctx, 2, 1)
-    quiet = (await legit_calls(ctx, 2, scale["atk_quiet_turns"])
-             if scale["atk_quiet_turns"] else [])  # short: no baseline (ratio not judged)
+    # the baseline compares like with like: the callers' turns with the same innocent /v1 load
+    # as attack phases 1-3 carry (one innocent round each), but no attack
+    calls = (asyncio.create_task(legit_calls(ctx, 2, scale["atk_quiet_turns"]))
+             if scale["atk_quiet_turns"] else None)  # short: no baseline (ratio not judged)
     quiet_api = await attack_api.innocent_round(ctx, scale["atk_innocent"],
                                                 scale["atk_concurrency"])
+    if calls is not None:
+        for _ in range(2):
+            await attack_api.innocent_round(ctx, scale["atk_innocent"], scale["atk_concurrency"])
+    quiet = await calls if calls is not None else []
     legit = LegitCallers(ctx, scale["atk_legit_turns"])
     phases: list = []
     t_start = time.monotonic()
