@@ -119,6 +119,23 @@ def _get(server, path: str) -> bytes:
         return response.read()
 
 
+def _worker_infos(server, rounds: int = 40, at_once: int = 4) -> dict[str, dict]:
+    """/workers answers by worker. Which process accepts a connection is the kernel's choice:
+    on a busy machine one idle worker can win every sequential request, so each round asks
+    `at_once` requests concurrently (a worker busy answering one cannot take the next)."""
+    import concurrent.futures
+
+    seen: dict[str, dict] = {}
+    with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
+        for _ in range(rounds):
+            for raw in pool.map(lambda _: _get(server, "/workers"), range(at_once)):
+                info = json.loads(raw)
+                seen[info["answered_by"]] = info
+            if len(seen) == 2:
+                break
+    return seen
+
+
 async def _open(url: str, source_ip: str = "127.0.0.1"):
     """-> (socket, SessionStarted) or (None, (close code, reason))."""
     ws = await websockets.connect(url, ping_interval=None, local_addr=(source_ip, 0))
@@ -184,13 +201,9 @@ async def test_a_killed_worker_is_restarted_and_its_slots_released(two_workers):
         assert ws is not None, started
         held.append((ws, started.replica))
     victim = held[0][1]
-    pid = None
-    for _ in range(40):  # /workers answers from whichever worker accepts
-        info = json.loads(_get(two_workers, "/workers"))
-        if info["answered_by"] == victim:
-            pid = info["pid"]
-            break
-    assert pid is not None, f"no /workers answer from {victim}"
+    info = _worker_infos(two_workers).get(victim)  # /workers answers from whichever accepts
+    assert info is not None, f"no /workers answer from {victim}"
+    pid = info["pid"]
     os.kill(pid, signal.SIGKILL)
     survivors = [(ws, r) for ws, r in held if r != victim]
     lost = [ws for ws, r in held if r == victim]
@@ -210,11 +223,7 @@ async def test_a_killed_worker_is_restarted_and_its_slots_released(two_workers):
 
 def _worker_pids(server) -> set[int]:
     """Both workers' pids (/workers answers from whichever worker accepts)."""
-    pids: set[int] = set()
-    for _ in range(40):
-        pids.add(json.loads(_get(server, "/workers"))["pid"])
-        if len(pids) == 2:
-            break
+    pids = {info["pid"] for info in _worker_infos(server).values()}
     assert len(pids) == 2, pids
     return pids
 
