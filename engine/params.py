@@ -119,10 +119,12 @@ class EngineConfig:
                   graph path does, runnable on CPU; a testing aid).
     max_prompt_chars: total characters of message text one request may carry; longer prompts are
                   refused (ValueError) before the chat template or tokenizer touch them.
-    prepare_budget_s: wall-clock seconds one request's preparation may take on the prepare pool
-                  (a schema compile of tools / response_format); past it the request is refused
-                  (ValueError), as it is once its caller goes away. Inputs are bounded first
-                  (engine.constrained.limits), so a legitimate request takes milliseconds.
+    prepare_budget_s: CPU seconds (of the preparing thread; 10x that in wall time) one request's
+                  preparation may take on the prepare pool (a schema compile of tools /
+                  response_format); past it the request is refused (ValueError), as it is once
+                  its caller goes away. A backstop: inputs are bounded first, and a compile's
+                  work by a count (engine.constrained.limits.MAX_TOKENIZATIONS, ~0.3 s at most
+                  on a 2-core CPU), so a legitimate request takes milliseconds to a few tenths.
     max_drafts:   low-priority draft requests (`generate(..., draft=True)`) in flight at once;
                   one more is refused (DraftRefused). 0 turns drafts off.
     drafts_share_passes: let drafts ride in passes that also carry real requests (cheap on a
@@ -148,7 +150,7 @@ class EngineConfig:
     default_params: SamplingParams = field(default_factory=SamplingParams)
     # characters of message text a request may carry, checked before templating/tokenising
     max_prompt_chars: int = 65536
-    prepare_budget_s: float = 0.5
+    prepare_budget_s: float = 2.0
     max_drafts: int = 8
     drafts_share_passes: bool = False
     warmup_graph_context: int = 512

@@ -103,7 +103,7 @@ class _Builder:
                 return ("slot", idx)
             return ("slot", self.slot(_ChoiceSpec(values, path, budget=self.budget)))
         if not base and nullable:
-            return ("slot", self.slot(_ChoiceSpec([None], path)))
+            return ("slot", self.slot(_ChoiceSpec([None], path, budget=self.budget)))
         if len(base) != 1:
             raise ValueError(f"{path}: 'type' must name one type (optionally with 'null'), "
                              f"got {schema.get('type')!r}")
@@ -124,7 +124,8 @@ class _Builder:
                 raise ValueError(f"{path}: a nullable object is not supported")
             return ("object", out)
         if kind == "boolean":
-            return ("slot", self.slot(_ChoiceSpec([True, False] + [None] * nullable, path)))
+            return ("slot", self.slot(_ChoiceSpec([True, False] + [None] * nullable, path,
+                                                  budget=self.budget)))
         if kind in ("integer", "number"):
             lo, hi = schema.get("minimum"), schema.get("maximum")
             for key, v in (("minimum", lo), ("maximum", hi)):
@@ -145,9 +146,10 @@ class _Builder:
             if pattern is not None:
                 times = _pattern_times(pattern, path)
                 if nullable:
-                    return ("slot", self.slot(_ChoiceSpec(times + [None], path)))
+                    return ("slot", self.slot(_ChoiceSpec(times + [None], path,
+                                                          budget=self.budget)))
                 self.text('"')
-                idx = self.slot(_ChoiceSpec(times, path, content=True))
+                idx = self.slot(_ChoiceSpec(times, path, content=True, budget=self.budget))
                 self.text('"')
                 return ("slot", idx)
             if nullable:
@@ -223,6 +225,8 @@ class _ChoiceSpec:
                  budget: Budget | None = None):
         self.values, self.path, self.content = values, path, content
         self.budget = budget
+        if budget is not None:  # counted as the schema is walked: refused before any is built
+            budget.spend(len(values), path)
         self._built: dict[tuple[str, str], tuple] = {}  # (before, after) -> build()
 
     def build(self, vocab: Vocab, before: str, after: str):

@@ -2,6 +2,7 @@
 
     check_request(tools, tool_choice, response_format)   # ValueError naming the field
     budget = Budget(seconds, cancelled)                  # compile_* call budget.check(where)
+                                                         # and budget.spend(n, where)
 Everything a request's tools / response_format carry is bounded here, before it reaches the
 layout compiler (layout.py), the plan cache or a batched pass: how many tools, how large and how
 deep their schemas, how many enum values, how long names and patterns are, and that every
@@ -10,10 +11,14 @@ meta-schema, Draft 2020-12, via the jsonschema library, then the engine's own nu
 A string's `maxLength` may be any non-negative integer; the compiler clamps it to what a slot
 can hold (layout.MAX_STRING_CHARS), so no value reaches a tensor that cannot be represented.
 
-`Budget` bounds the compile itself: the compiler calls `check` at each value and every few
-candidate tokenizations, and it raises once the preparation has run longer than its seconds or
-its request was cancelled (the caller went away). Knows nothing about models, tokenizers or the
-engine's threads.
+`Budget` bounds the compile itself, first by its work and then by time. The work is counted,
+not timed: every candidate the compiler tokenizes (an enum value, an integer of a bounded range,
+a time of day) is one tokenization, and a request whose schemas need more than
+MAX_TOKENIZATIONS is refused with a ValueError before any of them is done, on every machine
+alike. Time is the backstop: the compiler calls `check` at each value and every few
+tokenizations, and it raises once the preparation has run longer than its seconds or its request
+was cancelled (the caller went away). Knows nothing about models, tokenizers or the engine's
+threads.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ MAX_ENUM_VALUE_CHARS = 256    # one candidate's JSON text
 MAX_NAME_CHARS = 64           # a tool's or a property's name
 MAX_PATTERN_CHARS = 256
 MAX_NUMBER = 2 ** 53          # |minimum|, |maximum|: exact in a float and in a token slot
+MAX_TOKENIZATIONS = 8192      # candidates one request's compile tokenizes (~0.3 s, this 2-core CPU)
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 _META = jsonschema.Draft202012Validator.META_SCHEMA
@@ -59,16 +65,30 @@ class Budget:
 
     WALL_FACTOR = 10
 
-    def __init__(self, seconds: float, cancelled: threading.Event | None = None):
+    def __init__(self, seconds: float, cancelled: threading.Event | None = None,
+                 tokenizations: int = MAX_TOKENIZATIONS):
         self.seconds = seconds
         self.cancelled = cancelled
+        self.tokenizations = tokenizations
         self.start()
 
     def start(self) -> None:
-        """(Re)start the clocks, on the thread that does the work: when the preparation begins
-        to run, not when it was queued."""
+        """(Re)start the clocks and the work count, on the thread that does the work: when the
+        preparation begins to run, not when it was queued."""
         self.cpu_deadline = time.thread_time() + self.seconds
         self.wall_deadline = time.perf_counter() + self.seconds * self.WALL_FACTOR
+        self.spent = 0
+
+    def spend(self, tokenizations: int, where: str = "") -> None:
+        """Count `tokenizations` the compile will do (the compiler counts each slot's candidates
+        as it walks the schema, before it tokenizes any); a ValueError (the request's own shape,
+        the same on every machine) once the request would pass its bound."""
+        self.spent += tokenizations
+        if self.spent > self.tokenizations:
+            raise ValueError(
+                f"{where + ': ' if where else ''}compiling this request's schemas needs more than "
+                f"{self.tokenizations} candidate tokenizations (each enum value, integer of a "
+                "bounded range and time of day is one): use fewer or smaller enums and ranges")
 
     def check(self, where: str = "") -> None:
         if self.cancelled is not None and self.cancelled.is_set():

@@ -18,6 +18,7 @@ unsupported input, or when the compile runs past its `budget` (limits.Budget).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import dataclass
 
@@ -191,8 +192,9 @@ def _compile_cached(key, tools, tool_choice, schema, tokenizer, eos_id, max_new_
 def _compile(tools, tool_choice, schema, tokenizer, eos_id: int, max_new_tokens: int,
              budget: Budget | None) -> Plan:
     vocab = _vocab(tokenizer)
-    if budget is not None:  # the tables (built once per tokenizer) are not this request's work
-        budget.start()
+    if budget is None:  # no time limit, but the same bound on the work as a served request
+        budget = Budget(math.inf)
+    budget.start()  # the tables (built once per tokenizer) are not this request's work
     open_ids = vocab.encode(TOOL_CALL_OPEN)
     if schema is not None:
         if tools and tool_choice != "none":

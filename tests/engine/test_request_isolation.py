@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.constrained import layout as layout_mod
 from diffvoice.engine.constrained import plan as plan_mod
-from diffvoice.engine.constrained.limits import MAX_TOOLS, Budget, PreparationAborted
+from diffvoice.engine.constrained.limits import (
+    MAX_TOKENIZATIONS,
+    MAX_TOOLS,
+    Budget,
+    PreparationAborted,
+)
 from diffvoice.engine.testing import make_random_checkpoint
 from diffvoice.latency_bench.reliability.schemas import hostile_request
 
@@ -149,6 +154,39 @@ def test_budget_expires():
     with pytest.raises(PreparationAborted, match="cancelled"):
         Budget(60, cancelled).check()
 
+
+
+TIME = r"^([01]\d|2[0-3]):([0-5]\d)$"  # 1,440 candidates a slot
+
+
+def test_a_compile_past_its_tokenization_bound_is_refused_before_any_is_built(engine,
+                                                                           monkeypatch):
+    """The compile's work is counted, not timed: a request whose slots hold more candidates
+    than MAX_TOKENIZATIONS is a 400 naming the slot, with no time budget at all, before a
+    single candidate is tokenized, and the refusal is remembered for its shape. One slot fewer
+    compiles."""
+    builds = []
+    real = layout_mod._ChoiceSpec._build
+
+    def spy(self, vocab, before, after):
+        builds.append(self.path)
+        return real(self, vocab, before, after)
+
+    monkeypatch.setattr(layout_mod._ChoiceSpec, "_build", spy)
+    slots = MAX_TOKENIZATIONS // 1440 + 1
+    tools = [fn(f"t{i}", {"at": {"type": "string", "pattern": TIME}}) for i in range(slots)]
+    plan_mod._cache.clear()
+    eos = int(engine.model_config.eos_token_ids[0])
+    args = (tools, "required", None, engine.tokenizer, eos)
+    for _ in range(2):
+        with pytest.raises(ValueError, match=rf"tools\[t{slots - 1}\]\.parameters\.at: .*more "
+                           rf"than {MAX_TOKENIZATIONS} candidate tokenizations") as err:
+            plan_mod.build_plan(*args, budget=Budget(float("inf")))
+        assert not isinstance(err.value, PreparationAborted)
+        assert builds == []
+    plan = plan_mod.build_plan(tools[:-1], "required", None, engine.tokenizer, eos)
+    assert plan is not None and builds == ["tool name"] + [f"tools[t{i}].parameters.at"
+                                                           for i in range(slots - 1)]
 
 # --------------------------------------------------------------------------------- 3: ReDoS
 @pytest.mark.timeout(60)

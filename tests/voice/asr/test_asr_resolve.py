@@ -66,15 +66,15 @@ def test_dir_without_tokenizer_is_not_loaded(tmp_path):
     assert any("tokenizer.json" in w for w in backend.warnings)
 
 
-@POCKETSPHINX_WHERE_FLAKY
-def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech, pocketsphinx_backend):
-    backend = pocketsphinx_backend
-    questions = ["where are you located", "do you accept dental insurance"]
-    for question in questions:
-        pcm = speech(question, lead_silence=0.3, tail_silence=0.3)
-        heard = backend.model.transcribe(pcm).split()
-        recall = sum(w in heard for w in question.split()) / len(question.split())
-        assert recall >= 0.6, (question, heard)
+@pytest.mark.parametrize("question", [
+    pytest.param("where are you located", marks=POCKETSPHINX_WHERE_FLAKY),
+    "do you accept dental insurance"])
+def test_pocketsphinx_domain_lm_recognizes_receptionist_questions(speech, pocketsphinx_backend,
+                                                                   question):
+    pcm = speech(question, lead_silence=0.3, tail_silence=0.3)
+    heard = pocketsphinx_backend.model.transcribe(pcm).split()
+    recall = sum(w in heard for w in question.split()) / len(question.split())
+    assert recall >= 0.6, (question, heard)
 
 
 def test_domain_lm_is_a_normalized_bigram(tmp_path):
