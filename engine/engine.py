@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from diffvoice.engine.block_step import BlockStepPlanner
 from diffvoice.engine.constrained.limits import Budget
 from diffvoice.engine.decoding import resolve
 from diffvoice.engine.loader import LoadedModel, load_checkpoint
@@ -123,6 +124,8 @@ class Engine:
         self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
             PREPARE_THREADS, thread_name_prefix="diffvoice-prepare")
         self.total_passes = 0
+        self.block_steps = BlockStepPlanner(self.config.block_step_passes)
+        self.idle_row_passes = 0  # passes rows sat out in block steps (their block was done)
         self.isolated_passes = 0  # batched passes that failed and were re-run row by row
         # the longest any one request's preparation held the worker thread (seconds): only
         # short, unconstrained prompts are prepared there (see generate)
@@ -325,7 +328,7 @@ class Engine:
             if not rows:
                 continue
             try:
-                out = self.runner.step(rows)
+                out = self.step_rows(rows)
             except Exception as exc:  # a failed pass fails its rows, never the engine
                 if len(rows) == 1:
                     log.exception("denoising pass failed for %s", rows[0].request_id)
@@ -345,6 +348,23 @@ class Engine:
                     self._after_step([seq], one)
                 continue
             self._after_step(rows, out)
+
+    def step_rows(self, rows: list[Sequence]):
+        """A block step of `rows` (engine.block_step): its passes back to back, the host's
+        per-pass accounting done without reading, then the one read -> the last pass's
+        StepOutput (for `scheduler.update`)."""
+        n = self.block_steps.passes(rows)
+        if self.config.block_step_passes == 1:  # pass by pass (the one-row host paths)
+            return self.runner.step(rows)
+        block = self.runner.begin_block_step(len(rows))
+        for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
+            self.runner.step(rows, block, read=False)
+            self.scheduler.advance(rows)
+            self.total_passes += 1
+        out = self.runner.step(rows, block)
+        self.idle_row_passes += sum(out.idle)
+        self.block_steps.observe(rows, out)
+        return out
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         with self._lock:

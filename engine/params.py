@@ -135,6 +135,9 @@ class EngineConfig:
                   tokens (at the default decode block), so no caller's pass pays a capture
                   (~1.5 s each on an H200, Triton compiles included); 0 = capture on first sight
                   only. With static_shapes on CPU the same shapes are laid out and run once.
+    block_step_passes: the most denoising passes the worker runs back to back before it reads
+                  the device (engine.block_step: a decode block's passes, one read at its end);
+                  1 = a read after every pass.
     """
 
     device: str = "auto"
@@ -154,6 +157,7 @@ class EngineConfig:
     max_drafts: int = 8
     drafts_share_passes: bool = False
     warmup_graph_context: int = 512
+    block_step_passes: int = 16
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_drafts, int) or self.max_drafts < 0:
@@ -165,6 +169,9 @@ class EngineConfig:
         if not isinstance(self.warmup_graph_context, int) or self.warmup_graph_context < 0:
             raise ValueError("warmup_graph_context must be an integer >= 0, "
                              f"got {self.warmup_graph_context!r}")
+        if not isinstance(self.block_step_passes, int) or self.block_step_passes < 1:
+            raise ValueError(f"block_step_passes must be an integer >= 1, "
+                             f"got {self.block_step_passes!r}")
         if self.max_queued < 0:
             raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
         if self.max_seq_len is not None and self.max_seq_len < 16:

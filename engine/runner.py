@@ -35,6 +35,16 @@ class StepOutput:
     # rows whose own request-specific work (a schema constraint) raised this pass: row index ->
     # exception. They committed nothing; the engine fails them alone (engine.constrained.hook)
     failed: dict[int, BaseException] = field(default_factory=dict)
+    idle: list[int] | None = None  # a block step's passes each row sat out (its block was done)
+
+
+@dataclass
+class BlockStep:
+    """Device state carried across the passes of one block step (ModelRunner.step)."""
+
+    done: torch.Tensor  # [B] bool: the row's decode block has no mask left
+    idle: torch.Tensor  # [B] long: passes the row sat out
+    low: torch.Tensor  # [B] f32: lowest confidence committed over the step's passes
 
 
 class ModelRunner:
@@ -100,8 +110,19 @@ class ModelRunner:
     def release(self, s: Sequence) -> None:
         self.generators.pop(s.slot, None)
 
+    def begin_block_step(self, rows: int) -> BlockStep:
+        """Device state for passes run back to back without a host read (Engine._block_step)."""
+        z = lambda dtype: torch.zeros(rows, dtype=dtype, device=self.device)  # noqa: E731
+        return BlockStep(done=z(torch.bool), idle=z(torch.long),
+                         low=torch.ones(rows, device=self.device))
+
     @torch.inference_mode()
-    def step(self, rows: list[Sequence]) -> StepOutput:
+    def step(self, rows: list[Sequence], block: BlockStep | None = None,
+             read: bool = True) -> StepOutput | None:
+        """One denoising pass of `rows`. With `block` (a block step: several passes of the
+        same rows back to back), a row whose decode block has no mask left stays as it is for
+        the step's remaining passes (the host would have ended its block there), and with
+        `read=False` nothing is read back: the pass is only queued (returns None)."""
         keys = tuple(row_key(r) for r in rows)
         plan = self.plans.get(keys)  # device geometry, built once per distinct geometry
         W, L = plan.W, plan.L
@@ -110,7 +131,7 @@ class ModelRunner:
         else:
             ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
         if (plan.host_block is not None and plan.host_count is not None and self.static is None
-                and not self.pinned and rows[0].constraint is None
+                and not self.pinned and block is None and rows[0].constraint is None
                 and rows[0].params.temperature <= 0):
             step = self._step_on_host(rows[0], keys[0], plan, ids)
             if step is not None:
@@ -147,12 +168,12 @@ class ModelRunner:
             commit = maskable & plan.slot0  # does not decide this pass (see below)
         else:
             commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
-                                  self._knobs(rows, keys, plan))
+                                  self._knobs(rows, keys, plan, on_device=block is not None))
         if plan.first_token_rows is not None and len(rows) > 1:  # v2: a new block's slot 0
             slot0 = maskable & plan.slot0  # alone, from the previous block's last logit
             commit = torch.where(plan.first_token_rows, slot0, commit)
         new = torch.where(commit, pred, cur)
-        if plan.host_count is not None and not self.pinned:
+        if plan.host_count is not None and not self.pinned and block is None:
             return self._finish_on_host(rows, plan, new, commit, conf, faults)
         counted = plan.counted
         if plan.eos_zone is not None:  # some row stops at EOS
@@ -170,12 +191,22 @@ class ModelRunner:
                 # token before them)
                 before_eos = is_eos.cumsum(-1) == 0
                 counted = ((plan.early & before_eos) | plan.not_final) & plan.in_block
+        if block is not None:  # rows whose block ended in an earlier pass of this step
+            new = torch.where(block.done[:, None], cur, new)
+            commit = commit & ~block.done[:, None]
         if plan.window_write is not None:
             slot, lo, hi = plan.window_write
             self.seq[slot, lo:hi] = new[0]
         else:
             self.seq[plan.slot_col, plan.window_idx] = new
         remaining = ((new == self.mask_id) & counted).sum(-1)
+        if block is not None:
+            block.idle += block.done
+            block.low = torch.minimum(block.low, conf.masked_fill(~commit, 1.0).amin(-1))
+            block.done |= remaining == 0
+            if not read:  # (constrained rows, whose work may fault, are read every pass)
+                return None
+            return self._read_block_step(rows, plan, new, remaining, block, faults)
         if any(r.t_first_block is None for r in rows):
             # the lowest committed confidence per row (the engine tracks it over each answer's
             # first block) rides along in the same copy (micro-units)
@@ -191,6 +222,19 @@ class ModelRunner:
         # may lay more of a call's skeleton
         after_pass(self, rows, step.window_start, step.tokens, faults)
         step.failed = faults
+        return step
+
+    def _read_block_step(self, rows, plan, new, remaining, block: BlockStep,
+                         faults: dict) -> StepOutput:
+        """The one read of a block step: the window, the masks left, the lowest committed
+        confidence over the step's passes and how many of them each row sat out."""
+        low = (block.low * 1e6).long()
+        out = self._to_host(torch.cat((new, remaining[:, None], low[:, None],
+                                       block.idle[:, None]), dim=1))
+        step = StepOutput(window_start=plan.window_start, tokens=[h[:-3] for h in out],
+                          remaining=[h[-3] for h in out], min_conf=[h[-2] / 1e6 for h in out],
+                          idle=[h[-1] for h in out], failed=faults)
+        after_pass(self, rows, step.window_start, step.tokens, faults)
         return step
 
     def _some_logits(self, ids: torch.Tensor, plan) -> torch.Tensor | None:
@@ -303,7 +347,7 @@ class ModelRunner:
             view = self._views[key] = t[slot:slot + 1, lo:hi] if row else t[slot, lo:hi]
         return view
 
-    def _knobs(self, rows: list[Sequence], keys, plan) -> PolicyKnobs:
+    def _knobs(self, rows: list[Sequence], keys, plan, on_device: bool = False) -> PolicyKnobs:
         """The policies' per-pass schedule as small device tensors (only those needed)."""
         passes = [row_pass(r, k) for r, k in zip(rows, keys, strict=True)]
         names = plan.names
@@ -318,7 +362,8 @@ class ModelRunner:
             dream_f = self.plans.vec(tuple(dream_host), torch.float32)
         return PolicyKnobs(steps_left=steps_left, threshold=plan.threshold,
                            entropy_bound=plan.entropy_bound, k_fixed=k_fixed, k_host=k_host,
-                           block=plan.block, dream_f=dream_f, dream_f_host=dream_host)
+                           block=plan.block, dream_f=dream_f, dream_f_host=dream_host,
+                           on_device=on_device)
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:

@@ -164,11 +164,14 @@ class Scheduler:
         self.parked.pop(best, None)
         return best, best_len
 
-    def update(self, rows: list[Sequence], out) -> list[Committed]:
-        events = []
-        for i, seq in enumerate(rows):
+    @staticmethod
+    def advance(rows: list[Sequence]) -> None:
+        """What one pass changes in its rows' host state whatever it decoded: the K/V it stored,
+        its count, the schedule step (or a v2 block's first-token pass). The runner's passes of
+        a block step are accounted with this alone; the last one's output goes to `update`."""
+        for seq in rows:
             if seq.status is not Status.RUNNING:
-                continue  # aborted while the pass ran
+                continue
             if seq.writes:
                 seq.cache_len = seq.q_start
             seq.passes += 1
@@ -176,6 +179,16 @@ class Scheduler:
                 seq.ar_pos = seq.d_start
             else:
                 seq.steps_in_block += 1
+
+    def update(self, rows: list[Sequence], out) -> list[Committed]:
+        """Account one pass (`advance`) and what it left in each row's window (`out`): a row
+        whose decode block has no mask left commits it, and may finish."""
+        self.advance(rows)
+        events = []
+        for i, seq in enumerate(rows):
+            if seq.status is not Status.RUNNING:
+                continue  # aborted while the pass ran
+            seq.masks_left = out.remaining[i]
             seq.note_window(out.window_start[i], out.tokens[i])
             if out.remaining[i] > 0:
                 continue
@@ -195,6 +208,7 @@ class Scheduler:
                 seq.t_first_block = time.perf_counter()
             seq.d_start = seq.d_end
             seq.steps_in_block = 0
+            seq.masks_left = -1
             if finished:
                 self._finish(seq, reason)
             events.append(Committed(seq, block, finished, reason))

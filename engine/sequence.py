@@ -62,6 +62,7 @@ class Sequence:
     cache_dirty: int = -1  # first cached position a pass rewrote (SDAR's top-k), -1 = none
     t_scheduled: float | None = None  # when it left the waiting queue for a slot
     first_block_conf: float = 1.0  # lowest confidence of a token committed in the first block
+    masks_left: int = -1  # masks left in the decode block at the last read (-1: a new block)
 
     def __post_init__(self) -> None:
         self.d_start = self.prompt_len

@@ -103,6 +103,6 @@ def decode_in_this_thread(engine, *seqs) -> None:
             rows, admitted = engine.scheduler.schedule()
             for s in admitted:
                 engine.runner.admit(s)
-            engine.scheduler.update(rows, engine.runner.step(rows))
+            engine.scheduler.update(rows, engine.step_rows(rows))
         for seq in seqs:
             engine.runner.release(seq)

@@ -15,6 +15,8 @@
 #   fast     the same 1.5B shape under the engine's own decoding (--decoding fast: 16-token blocks
 #            in 2 low-confidence passes, as the goals assume; random weights never pass the
 #            families' confidence thresholds, so their own rules commit one token a pass)
+#   passes   the `fast` run pass by pass (--block-step-passes 1): what block steps change on the
+#            GPU, same settings, same machine
 #   recept   `diffvoice bench engine --model models/receptionist-tiny` on CUDA, graphs vs eager
 #   profile  python -m diffvoice.latency_bench.engine_profile: host against device time per pass
 # ONLY="fast recept" runs just those steps.
@@ -76,11 +78,15 @@ step pytest 120 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -o asyncio_mo
     tests/engine/test_triton_engine.py tests/engine/test_warmup_graphs.py
 step kernels 240 "$PY" -m diffvoice.kernels.bench --out "$RES/perf" "${BENCH_ARGS[@]}" \
     ${KERNELS_EXTRA:-}  # e.g. KERNELS_EXTRA=--skip-engine
-step fast 120 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
+step fast 180 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
     --steps-per-block 2 --answer-tokens 32 --out "$RES/perf/engine-fast.json"
+step passes 100 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
+    --steps-per-block 2 --answer-tokens 32 --block-step-passes 1 --aten-ops-preset none \
+    --out "$RES/perf/engine-fast-pass-by-pass.json"
 step recept 60 "${ENGINE_BENCH[@]}" --model models/receptionist-tiny \
     --policy threshold --stop-at-eos --answer-tokens 48 \
     --prompts-file docs/latency/receptionist-questions.txt "${RECEPT[@]}" \
+    --host-batches "" --aten-ops-preset none \
     --out "$RES/perf/engine-receptionist.json"
 step profile 90 "$PY" -m diffvoice.latency_bench.engine_profile "${PROFILE[@]}" \
     --out "$RES/perf/profile"

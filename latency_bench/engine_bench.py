@@ -14,6 +14,11 @@ What it measures (all greedy, answers forced to equal length with ignore_eos):
   by_context         ttft / tok/s as the prompt grows (--context 128,1024,4096), and the
                      first-block time of the next turn of the same conversations, which
                      reuses their cached blocks
+  host_reads_per_block, plan_builds_per_pass, host_us_per_pass   the worker's own work at each
+                     --host-batches level (latency_bench.engine_host: reads per block round,
+                     plan builds per pass, busy time outside the forward per pass), eager
+  aten_ops_per_layer_pass   aten operators one decoder layer dispatches per pass, for the
+                     --aten-ops-preset shape (2-layer less 1-layer copies, CPU, batch 1)
 The model is built in memory with random weights (nothing is downloaded); `--model DIR` measures a
 checkpoint instead. Knows nothing about voice.
 """
@@ -92,6 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare-graphs", action="store_true",
                         help="also run with CUDA graphs disabled (--enforce-eager) on CUDA")
     parser.add_argument("--seed", type=int, default=0, help="weight and prompt seed")
+    parser.add_argument("--block-step-passes", type=int, default=16,
+                        help="most passes run back to back before one read of the device "
+                             "(EngineConfig.block_step_passes; 1 = a read after every pass)")
+    parser.add_argument("--host-batches", type=_ints, default=[1, 16],
+                        help="concurrency levels of the host profile (empty: none)")
+    parser.add_argument("--aten-ops-preset", default="qwen2.5-1.5b",
+                        help="model shape whose aten ops per layer per pass are counted "
+                             "(a --preset name; 'none' to skip)")
 
 
 def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int,
@@ -220,6 +233,41 @@ def run_reference_loop(loaded: LoadedModel, engine: Engine, chats, params: Sampl
                     "whole sequence recomputed every pass, batch 1"}
 
 
+def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ctx: int) -> dict:
+    """host_reads_per_block / plan_builds_per_pass / host_us_per_pass per --host-batches level
+    and aten_ops_per_layer_pass (latency_bench.engine_host)."""
+    from diffvoice.latency_bench.engine_host import aten_ops_per_layer_pass, host_profile
+
+    out: dict = {}
+    if args.host_batches:
+        top = max(args.host_batches)
+        engine = Engine(loaded, EngineConfig(max_running=top, max_seq_len=max_ctx,
+                                             enforce_eager=True, max_queued=4 * top + 64,
+                                             block_step_passes=args.block_step_passes))
+        try:
+            profiles = {}
+            for b in sorted(set(args.host_batches)):
+                work = (chats * b)[: max(len(chats), 2 * b)]
+                asyncio.run(measure(engine, work, params, b))  # warm-up
+                profiles[str(b)] = host_profile(engine, work, params, b)
+        finally:
+            engine.close()
+        out["host_profile"] = profiles
+        for key in ("host_reads_per_block", "plan_builds_per_pass", "host_us_per_pass"):
+            out[key] = {b: p[key] for b, p in profiles.items()}
+    if args.aten_ops_preset != "none":
+        tok = loaded.tokenizer
+        ids = tok.tokenizer
+        mask = ids.token_to_id("<|mask|>")
+        eos = ids.token_to_id("<|im_end|>")
+        if mask is None or eos is None:
+            mask, eos = loaded.config.mask_token_id, loaded.config.eos_token_ids[0]
+        out.update(aten_ops_per_layer_pass(PRESETS[args.aten_ops_preset], tok, mask, eos,
+                                           params))
+        out["aten_ops_preset"] = args.aten_ops_preset
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from diffvoice.latency_bench.machine import git_revision, machine_info, package_versions
     from diffvoice.latency_bench.outputs import write_outputs
@@ -252,7 +300,8 @@ def run(args: argparse.Namespace) -> int:
     results, points = {}, []
     for mode, eager in modes:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
-                                             enforce_eager=eager, max_queued=4 * args.prompts))
+                                             enforce_eager=eager, max_queued=4 * args.prompts,
+                                             block_step_passes=args.block_step_passes))
         try:
             per_batch, warmup = {}, {}
             for b in batches:
@@ -349,6 +398,7 @@ def run(args: argparse.Namespace) -> int:
                                for b, r in results[m]["per_batch"].items()} for m, _ in modes}
     report["warmup"] = {m: {f"batch{b}": w for b, w in results[m]["warmup"].items()}
                         for m, _ in modes}
+    report.update(host_fields(loaded, chats, params, args, max_ctx))
     written = write_outputs(report, args.out)
     print(f"ttft p50 {report['ttft_ms']['p50']:.1f} ms  p99 {report['ttft_ms']['p99']:.1f} ms | "
           f"{report['tok_per_s']:.0f} tok/s vs vanilla {vanilla['tok_per_s']:.0f} tok/s "

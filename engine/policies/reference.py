@@ -54,7 +54,7 @@ def commit_sdar_dynamic(conf, entropy, maskable, knobs):
 
 def commit_threshold_ge(conf, entropy, maskable, knobs):
     commit = maskable & (conf >= knobs.threshold[:, None])
-    return at_least_one(commit, conf, maskable)
+    return at_least_one(commit, conf, maskable, host_ok=not knobs.on_device)
 
 
 def _f32(x: float) -> float:
@@ -64,7 +64,8 @@ def _f32(x: float) -> float:
 
 
 def _dream(score, maskable, knobs):
-    if score.shape[0] == 1 and score.device.type == "cpu" and knobs.dream_f_host is not None:
+    if (score.shape[0] == 1 and score.device.type == "cpu" and knobs.dream_f_host is not None
+            and not knobs.on_device):
         # one row on the CPU: k on the host (as upstream's int(n * (1 - s / t)) in float32);
         # k <= n, so the top-k of the masked-out scores are all maskable slots
         k = math.floor(_f32(int(maskable.sum()) * knobs.dream_f_host[0]))
@@ -75,14 +76,15 @@ def _dream(score, maskable, knobs):
     n = maskable.sum(-1)
     k = (n.float() * knobs.dream_f).floor().long()  # int(n * (1 - s / t)) in float32
     score = score.masked_fill(~maskable, float("-inf"))
-    return top_k_rows(score, maskable, k)
+    return top_k_rows(score, maskable, k, host_ok=not knobs.on_device)
 
 
-def top_k_rows(score: torch.Tensor, maskable: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def top_k_rows(score: torch.Tensor, maskable: torch.Tensor, k: torch.Tensor,
+               host_ok: bool = True) -> torch.Tensor:
     """The k[b] best-scoring maskable slots of each row b (k <= its maskable slots). One row on
     the CPU: torch.topk with k read on the host (as the authors' loops select; exact ties may
     break differently from the batched path, which takes the earlier slot)."""
-    if score.shape[0] == 1 and score.device.type == "cpu":
+    if host_ok and score.shape[0] == 1 and score.device.type == "cpu":
         kk = int(k[0])
         out = torch.zeros_like(maskable)
         if kk > 0:

@@ -74,8 +74,9 @@ def test_dream_host_k_matches_upstream_rule(steps):
 def test_host_mask_count_matches_device_count(family, monkeypatch):
     """Golden cases (many end at an EOS), at its reference settings and with the engine's
     fast decoding, decodes to the same tokens in the same number of passes whether the host
-    (plan.host_count) or the device counts the masks left."""
-    with golden_engine(family) as (golden, engine):
+    (plan.host_count) or the device counts the masks left. Pass by pass: a block step reads the
+    device once per step and counts on the device."""
+    with golden_engine(family, block_step_passes=1) as (golden, engine):
         cases = golden["cases"][::3]
         jobs = [(golden["prompts"][c["prompt"]], SamplingParams(**c["engine_params"]))
                 for c in cases]

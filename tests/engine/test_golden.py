@@ -4,7 +4,8 @@ random-weight fixture in the family's own format (tests/engine/golden/*/PROVENAN
   * the engine at its default decoding (SamplingParams resolves to the family's own rules), at
     batch 1, with every case of the family in one mixed batch (different steps/thresholds/blocks
     side by side), the KV cache of block-causal families included, and through the fixed-shape
-    path the CUDA graphs replay (static_shapes, run eagerly here);
+    path the CUDA graphs replay (static_shapes, run eagerly here); each both in block steps (the
+    default: a block's passes back to back, one read) and pass by pass (block_step_passes=1);
   * the plain re-implementation of the upstream loop in engine/reference_loops.py.
 """
 
@@ -47,8 +48,10 @@ def _engine_answers(family, concurrent, **config):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", ["batch1", "mixed_batch"])
-def test_engine_reproduces_golden_tokens(family, mode):
-    cases, got = _engine_answers(family, concurrent=mode == "mixed_batch")
+@pytest.mark.parametrize("passes", [16, 1], ids=["block_steps", "pass_by_pass"])
+def test_engine_reproduces_golden_tokens(family, mode, passes):
+    cases, got = _engine_answers(family, concurrent=mode == "mixed_batch",
+                                 block_step_passes=passes)
     for case, ids in zip(cases, got, strict=True):
         assert ids == case["answer"], (case["setting"], case["prompt"])
     assert len({str(c["setting"]) for c in cases}) >= 4  # several steps/threshold settings
@@ -56,9 +59,11 @@ def test_engine_reproduces_golden_tokens(family, mode):
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
-def test_fixed_shape_path_reproduces_golden_tokens(family):
+@pytest.mark.parametrize("passes", [16, 1], ids=["block_steps", "pass_by_pass"])
+def test_fixed_shape_path_reproduces_golden_tokens(family, passes):
     """The padded decode-only passes the CUDA-graph path replays keep the authors' tokens."""
-    cases, got = _engine_answers(family, concurrent=True, static_shapes=True)
+    cases, got = _engine_answers(family, concurrent=True, static_shapes=True,
+                                 block_step_passes=passes)
     for case, ids in zip(cases, got, strict=True):
         assert ids == case["answer"], (case["setting"], case["prompt"])
 

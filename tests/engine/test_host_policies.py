@@ -1,7 +1,8 @@
 """The one-row CPU pass that decides its commits on the host (engine.policies.host, runner
 `_step_on_host`) against the tensor policies: on random inputs, policy by policy, and on whole
 requests (golden cases and other policies), token for token, pass for pass, with the same
-first-block confidence (Dream's passes after one that committed nothing reuse its predictions)."""
+first-block confidence (Dream's passes after one that committed nothing reuse its predictions).
+Pass by pass (block_step_passes=1): a block step's passes take the tensor path."""
 
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def _requests(family: str, golden: dict) -> list[tuple]:
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
 def test_host_pass_decodes_as_the_tensor_pass(family, monkeypatch):
-    with golden_engine(family) as (golden, engine):
+    with golden_engine(family, block_step_passes=1) as (golden, engine):
         plans = engine.runner.plans
         build_one = plans._build_one
         taken = []

@@ -275,10 +275,10 @@ async def test_a_failing_batched_pass_is_rerun_row_by_row(engine, monkeypatch):
     real = engine.runner.step
     poison_ids = set()
 
-    def step(rows):
+    def step(rows, block=None, read=True):
         if any(r.request_id in poison_ids for r in rows):
             raise RuntimeError("injected fault in a batched pass")
-        return real(rows)
+        return real(rows, block, read)
 
     monkeypatch.setattr(engine.runner, "step", step)
     running = asyncio.Event()

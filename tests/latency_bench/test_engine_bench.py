@@ -10,7 +10,8 @@ from diffvoice.latency_bench.report import load_report
 def test_bench_engine_writes_the_documented_fields(tmp_path):
     out = tmp_path / "engine.json"
     assert main(["bench", "engine", "--prompts", "2", "--answer-tokens", "8", "--batch", "1,2",
-                 "--context", "48", "--out", str(out)]) == 0
+                 "--context", "48", "--host-batches", "1,2", "--aten-ops-preset", "tiny-10m",
+                 "--out", str(out)]) == 0
     report = load_report(out)  # validates schema diffvoice.latency/1
     raw = json.loads(out.read_text())
     assert {"p50", "p90", "p99"} <= set(raw["ttft_ms"]) and raw["ttft_ms"]["p50"] > 0
@@ -28,3 +29,11 @@ def test_bench_engine_writes_the_documented_fields(tmp_path):
     for name in ("machine", "versions", "command"):
         assert report["config"][name]
     assert (tmp_path / "engine.md").is_file() and (tmp_path / "engine.html").is_file()
+    # the worker's own work (issue 40): SDAR's fixed schedule reads the device once a block
+    assert set(raw["host_reads_per_block"]) == {"1", "2"}
+    assert all(0 < r <= 1 for r in raw["host_reads_per_block"].values())
+    assert all(b >= 0 for b in raw["plan_builds_per_pass"].values())
+    assert all(us > 0 for us in raw["host_us_per_pass"].values())
+    assert raw["host_profile"]["2"]["passes"] > 0
+    ops = raw["aten_ops_per_pass_2_layers"] - raw["aten_ops_per_pass_1_layer"]
+    assert raw["aten_ops_per_layer_pass"] == ops > 10

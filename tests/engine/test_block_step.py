@@ -1,0 +1,137 @@
+"""Block steps (engine.block_step): a decode block's passes run back to back with no host read
+between them, one read at the end, and the answers are those of pass-by-pass decoding, token
+for token (greedy and seeded sampling, every family, fixed and data-dependent policies, one row
+and a mixed batch). The reads are counted with engine.profiling.HostReads on the worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.decoding import resolve
+from diffvoice.engine.loader import read_config
+from diffvoice.engine.profiling import HostReads
+from diffvoice.engine.testing import make_random_checkpoint
+
+FAMILIES = ["sdar", "fast_dllm_v2", "llada", "dream"]
+CHATS = [[{"role": "user", "content": text}] for text in
+         ["hello there", "when do you open on saturday?", "a haircut, please", "thanks, bye",
+          "can I book a cleaning", "where are you"]]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return {f: make_random_checkpoint(tmp_path_factory.mktemp(f), family=f, seed=4,
+                                      init_std=0.5) for f in FAMILIES}
+
+
+def _params():
+    """Fixed schedules and data-dependent policies, both decodings, greedy and sampled."""
+    return [
+        SamplingParams(max_new_tokens=20, decoding="fast", steps_per_block=2),
+        SamplingParams(max_new_tokens=20, decoding="fast", steps_per_block=3, temperature=1.0,
+                       seed=11),
+        SamplingParams(max_new_tokens=20, decoding="fast", policy="threshold", threshold=0.6),
+        SamplingParams(max_new_tokens=20, decoding="fast", policy="threshold", threshold=0.6,
+                       temperature=0.8, seed=5),
+        SamplingParams(max_new_tokens=20, decoding="fast", policy="entropy", entropy_bound=0.5),
+        SamplingParams(max_new_tokens=20),  # the family's own decoding
+        SamplingParams(max_new_tokens=20, policy="low_confidence", steps_per_block=3),
+        SamplingParams(max_new_tokens=20, ignore_eos=True, temperature=1.0, seed=2),
+    ]
+
+
+class Probe:
+    """Counts the host reads of each runner pass and the block rounds (worker steps in which a
+    row committed a block) of one engine."""
+
+    def __init__(self, engine: Engine):
+        self.quiet_reads = 0  # reads made by passes that were told not to read
+        self.quiet_passes = 0
+        self.reads = 0
+        self.rounds = 0
+        step, update = engine.runner.step, engine.scheduler.update
+
+        def counted_step(rows, block=None, read=True):
+            with HostReads() as r:
+                out = step(rows, block, read)
+            self.reads += r.count
+            if not read:
+                self.quiet_reads += r.count
+                self.quiet_passes += 1
+            return out
+
+        def counted_update(rows, out):
+            events = update(rows, out)
+            self.rounds += bool(events)
+            return events
+
+        engine.runner.step = counted_step
+        engine.scheduler.update = counted_update
+
+
+def _decode(path, params, concurrent: bool, **config):
+    engine = Engine.from_pretrained(path, EngineConfig(device="cpu", enforce_eager=True,
+                                                       max_running=8, **config))
+    probe = Probe(engine)
+
+    async def one(messages):
+        ids, reason = [], None
+        async for d in engine.generate(messages, params):
+            ids += d.token_ids
+            reason = d.finish_reason or reason
+        return ids, reason
+
+    async def run():
+        if concurrent:
+            return await asyncio.gather(*(one(m) for m in CHATS))
+        return [await one(m) for m in CHATS]
+
+    try:
+        return asyncio.run(run()), probe, engine.stats()
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("concurrent", [False, True], ids=["batch1", "batch6"])
+def test_block_steps_decode_what_pass_by_pass_decodes(checkpoints, family, concurrent):
+    for params in _params():
+        by_pass, _, _ = _decode(checkpoints[family], params, concurrent, block_step_passes=1)
+        by_block, probe, _ = _decode(checkpoints[family], params, concurrent)
+        assert by_block == by_pass, (family, params)
+        assert probe.quiet_reads == 0, (family, params)
+        # a sampled row whose passes per block depend on the data steps one pass at a time
+        policy = resolve(params, read_config(checkpoints[family])[0])[0].policy
+        one_at_a_time = params.temperature > 0 and policy in ("threshold", "entropy",
+                                                              "threshold_ge", "sdar_dynamic")
+        assert (probe.quiet_passes == 0) == one_at_a_time, (family, policy, params)
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
+@pytest.mark.parametrize("concurrent", [False, True], ids=["batch1", "batch6"])
+def test_one_read_per_block_with_a_fixed_schedule_two_with_a_threshold(checkpoints, family,
+                                                                       concurrent):
+    fixed = SamplingParams(max_new_tokens=32, ignore_eos=True, decoding="fast",
+                           steps_per_block=2)
+    _, probe, _ = _decode(checkpoints[family], fixed, concurrent)
+    assert probe.rounds > 0 and probe.reads <= probe.rounds, (probe.reads, probe.rounds)
+    if not concurrent:  # what the step saves: a read after each of a block's 2 passes
+        _, pass_by_pass, _ = _decode(checkpoints[family], fixed, concurrent, block_step_passes=1)
+        assert pass_by_pass.reads >= 2 * pass_by_pass.rounds
+    threshold = SamplingParams(max_new_tokens=32, ignore_eos=True, decoding="fast",
+                               policy="threshold", threshold=0.6)
+    _, probe, _ = _decode(checkpoints[family], threshold, concurrent)
+    assert probe.reads <= 2 * probe.rounds, (probe.reads, probe.rounds)
+
+
+def test_a_constrained_row_is_read_after_every_pass(checkpoints):
+    """Its skeleton may grow after any pass (engine.constrained.hook): one pass a step."""
+    tool = {"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"]}}}
+    params = SamplingParams(max_new_tokens=16, tools=(tool,), tool_choice="required")
+    (answer, *_), probe, stats = _decode(checkpoints["sdar"], params, concurrent=False)
+    assert probe.quiet_passes == 0 and stats["passes"] > 0
