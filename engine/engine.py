@@ -295,6 +295,11 @@ class Engine:
 
     # ------------------------------------------------------------------ worker thread
     def _loop(self) -> None:
+        threads = self.config.worker_threads
+        if threads is None:
+            threads = 1 if self.device.type == "cpu" else 0
+        if threads:
+            torch.set_num_threads(threads)
         while True:
             with self._lock:
                 while (not self._closed and not len(self.scheduler) and not self._aborts
@@ -356,7 +361,7 @@ class Engine:
         n = self.block_steps.passes(rows)
         if self.config.block_step_passes == 1:  # pass by pass (the one-row host paths)
             return self.runner.step(rows)
-        block = self.runner.begin_block_step(len(rows))
+        block = self.runner.begin_block_step(rows, n)
         for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
             self.runner.step(rows, block, read=False)
             self.scheduler.advance(rows)

@@ -138,6 +138,11 @@ class EngineConfig:
     block_step_passes: the most denoising passes the worker runs back to back before it reads
                   the device (engine.block_step: a decode block's passes, one read at its end);
                   1 = a read after every pass.
+    worker_threads: torch's intra-op threads on the engine's worker thread (torch.set_num_threads
+                  there; it is per thread). None = 1 on a CPU device, where a second OpenMP team
+                  beside the main thread's made every small op ~18x slower on the 2-core
+                  development machine (docs/perf.md), and torch's default elsewhere; 0 = leave
+                  torch's default.
     """
 
     device: str = "auto"
@@ -158,6 +163,7 @@ class EngineConfig:
     drafts_share_passes: bool = False
     warmup_graph_context: int = 512
     block_step_passes: int = 16
+    worker_threads: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_drafts, int) or self.max_drafts < 0:
@@ -172,6 +178,10 @@ class EngineConfig:
         if not isinstance(self.block_step_passes, int) or self.block_step_passes < 1:
             raise ValueError(f"block_step_passes must be an integer >= 1, "
                              f"got {self.block_step_passes!r}")
+        if self.worker_threads is not None and (not isinstance(self.worker_threads, int)
+                                                or self.worker_threads < 0):
+            raise ValueError(f"worker_threads must be None or an integer >= 0, "
+                             f"got {self.worker_threads!r}")
         if self.max_queued < 0:
             raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
         if self.max_seq_len is not None and self.max_seq_len < 16:

@@ -42,9 +42,11 @@ class StepOutput:
 class BlockStep:
     """Device state carried across the passes of one block step (ModelRunner.step)."""
 
-    done: torch.Tensor  # [B] bool: the row's decode block has no mask left
-    idle: torch.Tensor  # [B] long: passes the row sat out
-    low: torch.Tensor  # [B] f32: lowest confidence committed over the step's passes
+    passes: int
+    index: int = 0  # passes run so far
+    done: torch.Tensor | None = None  # [B] bool: the row's decode block has no mask left
+    idle: torch.Tensor | None = None  # [B] long: passes the row sat out
+    low: torch.Tensor | None = None  # [B] f32: lowest confidence committed (first blocks)
 
 
 class ModelRunner:
@@ -110,11 +112,18 @@ class ModelRunner:
     def release(self, s: Sequence) -> None:
         self.generators.pop(s.slot, None)
 
-    def begin_block_step(self, rows: int) -> BlockStep:
-        """Device state for passes run back to back without a host read (Engine._block_step)."""
-        z = lambda dtype: torch.zeros(rows, dtype=dtype, device=self.device)  # noqa: E731
-        return BlockStep(done=z(torch.bool), idle=z(torch.long),
-                         low=torch.ones(rows, device=self.device))
+    def begin_block_step(self, rows: list[Sequence], passes: int) -> BlockStep:
+        """Device state for `passes` passes of `rows` run back to back without a host read
+        (Engine.step_rows). Only what the step needs is made: nothing to sit out in a one-pass
+        step, no confidence to track once every row's first block is out."""
+        b = len(rows)
+        step = BlockStep(passes=passes)
+        if passes > 1:
+            step.done = torch.zeros(b, dtype=torch.bool, device=self.device)
+            step.idle = torch.zeros(b, dtype=torch.long, device=self.device)
+        if any(r.t_first_block is None for r in rows):
+            step.low = torch.ones(b, device=self.device)
+        return step
 
     @torch.inference_mode()
     def step(self, rows: list[Sequence], block: BlockStep | None = None,
@@ -191,7 +200,7 @@ class ModelRunner:
                 # token before them)
                 before_eos = is_eos.cumsum(-1) == 0
                 counted = ((plan.early & before_eos) | plan.not_final) & plan.in_block
-        if block is not None:  # rows whose block ended in an earlier pass of this step
+        if block is not None and block.index > 0:  # rows whose block ended in an earlier pass
             new = torch.where(block.done[:, None], cur, new)
             commit = commit & ~block.done[:, None]
         if plan.window_write is not None:
@@ -201,9 +210,13 @@ class ModelRunner:
             self.seq[plan.slot_col, plan.window_idx] = new
         remaining = ((new == self.mask_id) & counted).sum(-1)
         if block is not None:
-            block.idle += block.done
-            block.low = torch.minimum(block.low, conf.masked_fill(~commit, 1.0).amin(-1))
-            block.done |= remaining == 0
+            if block.low is not None:
+                block.low = torch.minimum(block.low, conf.masked_fill(~commit, 1.0).amin(-1))
+            if block.index > 0:
+                block.idle += block.done
+            if block.index < block.passes - 1:
+                block.done |= remaining == 0
+            block.index += 1
             if not read:  # (constrained rows, whose work may fault, are read every pass)
                 return None
             return self._read_block_step(rows, plan, new, remaining, block, faults)
@@ -228,12 +241,19 @@ class ModelRunner:
                          faults: dict) -> StepOutput:
         """The one read of a block step: the window, the masks left, the lowest committed
         confidence over the step's passes and how many of them each row sat out."""
-        low = (block.low * 1e6).long()
-        out = self._to_host(torch.cat((new, remaining[:, None], low[:, None],
-                                       block.idle[:, None]), dim=1))
-        step = StepOutput(window_start=plan.window_start, tokens=[h[:-3] for h in out],
-                          remaining=[h[-3] for h in out], min_conf=[h[-2] / 1e6 for h in out],
-                          idle=[h[-1] for h in out], failed=faults)
+        parts = [new, remaining[:, None]]
+        if block.low is not None:
+            parts.append((block.low * 1e6).long()[:, None])
+        if block.idle is not None:
+            parts.append(block.idle[:, None])
+        out = self._to_host(torch.cat(parts, dim=1))
+        W = new.shape[1]
+        step = StepOutput(window_start=plan.window_start, tokens=[h[:W] for h in out],
+                          remaining=[h[W] for h in out], failed=faults,
+                          idle=[h[-1] for h in out] if block.idle is not None
+                          else [0] * len(out))
+        if block.low is not None:
+            step.min_conf = [h[W + 1] / 1e6 for h in out]
         after_pass(self, rows, step.window_start, step.tokens, faults)
         return step
 
