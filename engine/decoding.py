@@ -28,11 +28,13 @@ docs/fidelity.md; tests/engine/golden holds token sequences made by running that
                 linspace(1, 1e-3, steps + 1)), everything left at the last step; no at-least-one.
   Confidences are softmax probabilities over the full vocabulary (the mask token included); the
   prediction never is the mask token (trained models never rank it first; see fidelity.md).
-decoding="fast": the engine's own departures, usually fewer passes: the commit pass is fused with
+decoding="fast": the engine's own departures (not faster at batch 1 at the same policy; see
+  docs/fidelity.md): the commit pass is fused with
   the block's first denoising pass (shifted families predict slot 0 with the block), slots behind
   a committed EOS are filled with EOS, low_confidence commits ceil(masks / passes left), the
   confidence softmax leaves the mask token out, bidirectional families decode 32-token blocks
-  and may use the approximate prefix cache (EngineConfig.prefix_cache).
+  and may use the approximate prefix cache (EngineConfig.prefix_cache). With policy None it is
+  low_confidence for every family (Fast-dLLM v2's threshold rule is then not used).
 The engine's own policies ("low_confidence", "threshold", "entropy") can be named under either
 decoding; where a family has no such rule upstream they are the engine's (listed in fidelity.md).
 """

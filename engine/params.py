@@ -41,7 +41,8 @@ class SamplingParams:
     temperature:     0 = greedy; > 0 samples with Gumbel noise drawn from `seed`.
     ignore_eos:      keep generating to max_new_tokens (benchmarks at equal answer length).
     decoding:        "reference" = decode as the family's authors' code does;
-                     "fast" = the engine's departures (fewer passes; see engine.decoding);
+                     "fast" = the engine's departures (see engine.decoding; with policy None,
+                     low_confidence for every family);
                      None (the default) = the model's own: the `decoding` its checkpoint's
                      generation_config.json names (diffvoice's receptionists: "fast", what they
                      are trained and evaluated with), else "reference".

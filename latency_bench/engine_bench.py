@@ -100,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-step-passes", type=int, default=16,
                         help="most passes run back to back before one read of the device "
                              "(EngineConfig.block_step_passes; 1 = a read after every pass)")
+    parser.add_argument("--worker-threads", type=int, default=None,
+                        help="torch threads on the engine's worker thread "
+                             "(EngineConfig.worker_threads; 0 = torch's default)")
     parser.add_argument("--host-batches", type=_ints, default=[1, 16],
                         help="concurrency levels of the host profile (empty: none)")
     parser.add_argument("--aten-ops-preset", default="qwen2.5-1.5b",
@@ -243,7 +246,8 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
         top = max(args.host_batches)
         engine = Engine(loaded, EngineConfig(max_running=top, max_seq_len=max_ctx,
                                              enforce_eager=True, max_queued=4 * top + 64,
-                                             block_step_passes=args.block_step_passes))
+                                             block_step_passes=args.block_step_passes,
+                                             worker_threads=args.worker_threads))
         try:
             profiles = {}
             for b in sorted(set(args.host_batches)):
@@ -301,7 +305,8 @@ def run(args: argparse.Namespace) -> int:
     for mode, eager in modes:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
                                              enforce_eager=eager, max_queued=4 * args.prompts,
-                                             block_step_passes=args.block_step_passes))
+                                             block_step_passes=args.block_step_passes,
+                                             worker_threads=args.worker_threads))
         try:
             per_batch, warmup = {}, {}
             for b in batches:
