@@ -359,8 +359,6 @@ class Engine:
         per-pass accounting done without reading, then the one read -> the last pass's
         StepOutput (for `scheduler.update`)."""
         n = self.block_steps.passes(rows)
-        if self.config.block_step_passes == 1:  # pass by pass (the one-row host paths)
-            return self.runner.step(rows)
         block = self.runner.begin_block_step(rows, n)
         for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
             self.runner.step(rows, block, read=False)

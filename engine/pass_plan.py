@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from diffvoice.engine.attention import attention_mask, uses_mask
-from diffvoice.engine.policies.host import HOST_POLICIES
 from diffvoice.engine.rowbatch import INT, RowKey
 
 
@@ -82,16 +81,9 @@ class PassPlan:
     entropy_bound: torch.Tensor  # [B] f32
     full_vocab: torch.Tensor | None  # [B] bool; None: no row
     full_vocab_all: bool  # every row's confidence is over the full vocabulary
-    # batch 1 without EOS fill: the host counts the masks left from the window tokens instead
-    # (d0, end, p0): masks in window[d0:end] that lie before the first EOS at window index
-    # >= p0 (p0 None: no EOS rule) - the same slots as `counted` with the EOS rule applied
-    host_count: tuple[int, int, int | None] | None = None
     # batch 1: the window slots [lo, hi) whose logits a pass can use (the slots its policy may
     # commit or re-predict); the forward computes only those rows' logits (None: all W)
     logit_rows: tuple[int, int] | None = None
-    # batch 1 with host_count and a policy the host can apply (engine.policies.host): the
-    # decode block's window slots [d0, d1); the runner then decides the commits on the host
-    host_block: tuple[int, int] | None = None
 
 
 def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
@@ -259,25 +251,11 @@ class PlanCache:
         in_block, block, slot0, ft_rows, eos_zone, fill_rows, counted, early, not_final = win
         slots = self.vec((slot,), torch.long)
         full = g("full_vocab")
-        host_count = None
         # logits the policy can read: the block's masks ([d_start, d_end)); SDAR's top-k also
         # re-predicts the block's decoded slots ([block_start, d_end)). Constrained rows keep all.
         lo = (g("block_start") if sdar else g("d_start")) - q_start
         hi = g("d_end") - q_start
         logit_rows = (lo, hi) if 0 <= lo < hi <= W and (lo, hi) != (0, W) else None
-        if not g("eos_fill"):
-            d0, d1, g0 = g("d_start") - q_start, g("d_end") - q_start, g("gen_end") - q_start
-            final, stop = g("final"), g("stop")
-            end = min(d1, g0) if final else d1  # final rows: masks past max_new_tokens
-            if final and not stop:  # no longer decide the answer
-                host_count = (d0, end, None)
-            elif final:  # ... nor do masks behind the answer's first EOS
-                host_count = (d0, end, max(g("prompt_len") - q_start, 0))
-            else:
-                host_count = (d0, d1, None)
-        host_block = None
-        if host_count is not None and key.policy in HOST_POLICIES:
-            host_block = (g("d_start") - q_start, g("d_end") - q_start)
         return PassPlan(
             W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
             key_valid=key_valid, visible=self.vec((vis,), torch.long), cache_len_max=vis,
@@ -291,8 +269,7 @@ class PlanCache:
             threshold=self.vec((key.threshold,), torch.float32),
             entropy_bound=self.vec((key.entropy_bound,), torch.float32),
             full_vocab=self.vec((True,), torch.bool) if full else None,
-            full_vocab_all=bool(full), host_count=host_count, logit_rows=logit_rows,
-            host_block=host_block)
+            full_vocab_all=bool(full), logit_rows=logit_rows)
 
     def _window(self, W, d0, d1, b0, first_token, p0, g0, stop, eos_fill, final) -> tuple:
         """Masks over one row's window [1, W], relative to its start (cached by shape)."""

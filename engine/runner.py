@@ -2,9 +2,10 @@
 unmasking policies and writes committed tokens back - all on the device.
 
 Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the per-layer K/V
-pools [S, Hkv, T + 1, D] (position T is a trash column for padded writes). Per pass the host
-learns only the query-window tokens and how many masks remain in each row's decode block: one
-small device-to-host copy (pinned + event on CUDA), never a sync inside the policy.
+pools [S, Hkv, T + 1, D] (position T is a trash column for padded writes). The host learns only
+the query-window tokens and how many masks remain in each row's decode block: one small
+device-to-host copy (pinned + event on CUDA) after a pass, or after the last pass of a block
+step (engine.block_step), whose other passes read nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from diffvoice.engine.loader import LoadedModel
 from diffvoice.engine.params import EngineConfig
 from diffvoice.engine.pass_plan import PlanCache
 from diffvoice.engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
-from diffvoice.engine.policies.host import commit_on_host, decidable_on_host
 from diffvoice.engine.rowbatch import row_key, row_pass
 from diffvoice.engine.sampling import predict
 from diffvoice.engine.sequence import Sequence
@@ -73,9 +73,6 @@ class ModelRunner:
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
         graphs = device.type == "cuda" and not config.enforce_eager
-        # (sequence, plan, predictions) of a one-row host pass that committed nothing on an
-        # uncached plan: the next pass of that row on that plan reuses them (_step_on_host)
-        self._idle_pass = None
         self.plans = PlanCache(self.model, self.kv, device, self.T, self.mask_id, self.shift)
         self.static = None
         if self.mc.block_causal and (graphs or config.static_shapes):
@@ -128,10 +125,13 @@ class ModelRunner:
     @torch.inference_mode()
     def step(self, rows: list[Sequence], block: BlockStep | None = None,
              read: bool = True) -> StepOutput | None:
-        """One denoising pass of `rows`. With `block` (a block step: several passes of the
-        same rows back to back), a row whose decode block has no mask left stays as it is for
-        the step's remaining passes (the host would have ended its block there), and with
-        `read=False` nothing is read back: the pass is only queued (returns None)."""
+        """One denoising pass of `rows`, a pass of the block step `block` (several passes of
+        the same rows back to back; None: a step of this one pass). A row whose decode block has
+        no mask left stays as it is for the step's remaining passes (the host would have ended
+        its block there); with `read=False` nothing is read back: the pass is only queued
+        (returns None). The step's last pass reads the windows once (-> StepOutput)."""
+        if block is None:
+            block = self.begin_block_step(rows, 1)
         keys = tuple(row_key(r) for r in rows)
         plan = self.plans.get(keys)  # device geometry, built once per distinct geometry
         W, L = plan.W, plan.L
@@ -139,13 +139,6 @@ class ModelRunner:
             ids = self._view(self.seq, plan.ids_view, row=True)
         else:
             ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
-        if (plan.host_block is not None and plan.host_count is not None and self.static is None
-                and not self.pinned and block is None and rows[0].constraint is None
-                and rows[0].params.temperature <= 0):
-            step = self._step_on_host(rows[0], keys[0], plan, ids)
-            if step is not None:
-                return step
-        self._idle_pass = None
         logits = None
         if self.static is not None and (plan.write_pos is None or plan.L <= self.static
                                         .max_write_length(plan.W)):  # fixed shapes
@@ -177,13 +170,11 @@ class ModelRunner:
             commit = maskable & plan.slot0  # does not decide this pass (see below)
         else:
             commit = commit_mixed(names, plan.policy_ids, conf, entropy, maskable,
-                                  self._knobs(rows, keys, plan, on_device=block is not None))
+                                  self._knobs(rows, keys, plan))
         if plan.first_token_rows is not None and len(rows) > 1:  # v2: a new block's slot 0
             slot0 = maskable & plan.slot0  # alone, from the previous block's last logit
             commit = torch.where(plan.first_token_rows, slot0, commit)
         new = torch.where(commit, pred, cur)
-        if plan.host_count is not None and not self.pinned and block is None:
-            return self._finish_on_host(rows, plan, new, commit, conf, faults)
         counted = plan.counted
         if plan.eos_zone is not None:  # some row stops at EOS
             is_eos = (new == self.eos_one if self.eos_one is not None
@@ -200,7 +191,7 @@ class ModelRunner:
                 # token before them)
                 before_eos = is_eos.cumsum(-1) == 0
                 counted = ((plan.early & before_eos) | plan.not_final) & plan.in_block
-        if block is not None and block.index > 0:  # rows whose block ended in an earlier pass
+        if block.index > 0:  # rows whose block ended in an earlier pass of this step
             new = torch.where(block.done[:, None], cur, new)
             commit = commit & ~block.done[:, None]
         if plan.window_write is not None:
@@ -209,33 +200,16 @@ class ModelRunner:
         else:
             self.seq[plan.slot_col, plan.window_idx] = new
         remaining = ((new == self.mask_id) & counted).sum(-1)
-        if block is not None:
-            if block.low is not None:
-                block.low = torch.minimum(block.low, conf.masked_fill(~commit, 1.0).amin(-1))
-            if block.index > 0:
-                block.idle += block.done
-            if block.index < block.passes - 1:
-                block.done |= remaining == 0
-            block.index += 1
-            if not read:  # (constrained rows, whose work may fault, are read every pass)
-                return None
-            return self._read_block_step(rows, plan, new, remaining, block, faults)
-        if any(r.t_first_block is None for r in rows):
-            # the lowest committed confidence per row (the engine tracks it over each answer's
-            # first block) rides along in the same copy (micro-units)
-            low = (conf.masked_fill(~commit, 1.0).amin(-1) * 1e6).long()
-            out = self._to_host(torch.cat((new, remaining[:, None], low[:, None]), dim=1))
-            step = StepOutput(window_start=plan.window_start,
-                              tokens=[h[:-2] for h in out], remaining=[h[-2] for h in out],
-                              min_conf=[h[-1] / 1e6 for h in out])
-        else:
-            out = self._to_host(torch.cat((new, remaining[:, None]), dim=1))
-            step = StepOutput(window_start=plan.window_start,
-                              tokens=[h[:-1] for h in out], remaining=[h[-1] for h in out])
-        # may lay more of a call's skeleton
-        after_pass(self, rows, step.window_start, step.tokens, faults)
-        step.failed = faults
-        return step
+        if block.low is not None:
+            block.low = torch.minimum(block.low, conf.masked_fill(~commit, 1.0).amin(-1))
+        if block.index > 0:
+            block.idle += block.done
+        if block.index < block.passes - 1:
+            block.done |= remaining == 0
+        block.index += 1
+        if not read:  # (constrained rows, whose work may fault, are read every pass)
+            return None
+        return self._read_block_step(rows, plan, new, remaining, block, faults)
 
     def _read_block_step(self, rows, plan, new, remaining, block: BlockStep,
                          faults: dict) -> StepOutput:
@@ -270,92 +244,6 @@ class ModelRunner:
         # [W, V] buffer would be tens of MB
         return F.pad(part, (0, 0, lo, plan.W - hi))
 
-    def _step_on_host(self, s: Sequence, key, plan, ids: torch.Tensor) -> StepOutput | None:
-        """One greedy row on the CPU whose policy the host can apply (plan.host_block): logits
-        for the slots the policy may commit only, predictions and confidences read once, the
-        commits decided in Python (engine.policies.host), the window written back once. The
-        same tokens, counts and confidences as the tensor path (tests/engine/test_host_policies
-        .py), with ~15 small tensor ops fewer per pass. A pass right after one of the same row
-        and plan that committed nothing on an uncached plan reuses its predictions (`_idle_pass`).
-        None (nothing done) where the policy needs the tensor path this pass."""
-        W, L = plan.W, plan.L
-        d0, d1 = plan.host_block
-        toks = ids[0, L - W:].tolist()
-        masked = [j for j in range(d0, d1) if toks[j] == self.mask_id]
-        knobs = row_pass(s, key)
-        if not decidable_on_host(key.policy, len(masked), knobs.k_fixed):
-            return None
-        lo, hi = plan.logit_rows or (0, W)
-        idle, self._idle_pass = self._idle_pass, None
-        if idle is not None and idle[0] is s and idle[1] is plan:
-            pred, conf, entropy = idle[2:]  # the canvas is as the last pass left it
-        else:
-            pred, conf, entropy = self._host_predictions(key, plan, ids, lo, hi)
-        if plan.first_token_rows is not None:  # v2: a new block's slot 0 alone
-            chosen = [d0] if toks[d0] == self.mask_id else []
-        else:
-            chosen = commit_on_host(key.policy, masked, conf, entropy, lo,
-                                    threshold=key.threshold, steps_left=knobs.steps_left,
-                                    dream_f=knobs.dream_f, k_fixed=knobs.k_fixed)
-        if not chosen and plan.attn is not None and plan.attn.direct:
-            # nothing committed (Dream's k may be 0) and the row reads and writes no cache:
-            # the next pass would feed the same tokens at the same positions, so its
-            # predictions are these
-            self._idle_pass = (s, plan, pred, conf, entropy)
-        for j in chosen:
-            toks[j] = pred[j - lo]
-        if chosen:
-            self._view(self.seq, plan.window_write).copy_(torch.tensor(toks))
-        step = StepOutput(window_start=plan.window_start, tokens=[toks],
-                          remaining=[self._host_remaining(toks, plan)])
-        if s.t_first_block is None:  # the lowest committed confidence (micro-units)
-            low = min((conf[j - lo] for j in chosen), default=1.0)
-            step.min_conf = [int(low * 1e6) / 1e6]
-        after_pass(self, [s], step.window_start, step.tokens)
-        return step
-
-    def _host_predictions(self, key, plan, ids: torch.Tensor, lo: int, hi: int):
-        """The pass's forward for window slots [lo, hi) and their greedy prediction,
-        confidence and (for entropy policies) entropy, as host lists."""
-        logits = None
-        if plan.logit_rows is not None and plan.attn is not None:
-            start = plan.logits_start
-            logits = self.model.forward_rows(ids, self.kv, start + lo, start + hi, plan.attn)
-        if logits is None:
-            logits = self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv,
-                                             plan.slots, plan.visible, plan.cache_len_max,
-                                             plan.write_pos, plan.logits_start,
-                                             plan=plan.attn)[:, lo:hi]
-        pred, conf, entropy = predict(logits, self.mask_id, [0.0], [None],
-                                      need_entropy=key.policy in NEEDS_ENTROPY,
-                                      full_vocab=plan.full_vocab,
-                                      full_vocab_all=plan.full_vocab_all)
-        return (pred[0].tolist(), conf[0].tolist(),
-                None if entropy is None else entropy[0].tolist())
-
-    def _host_remaining(self, toks: list[int], plan) -> int:
-        """The masks in the window that still decide the answer (plan.host_count)."""
-        d0, end, p0 = plan.host_count
-        if p0 is not None:  # masks behind the answer's first EOS no longer count
-            for e in self.eos_set:
-                if e in toks[p0:end]:
-                    end = toks.index(e, p0, end)
-        return toks[d0:end].count(self.mask_id)
-
-    def _finish_on_host(self, rows, plan, new, commit, conf, faults: dict) -> StepOutput:
-        """Batch 1 on the CPU: write the window back and read it once; the host counts the
-        masks that still decide the answer (plan.host_count) instead of ~10 small device ops."""
-        self._view(self.seq, plan.window_write).copy_(new[0])
-        toks = new[0].tolist()
-        step = StepOutput(window_start=plan.window_start, tokens=[toks],
-                          remaining=[self._host_remaining(toks, plan)])
-        if rows[0].t_first_block is None:  # the lowest committed confidence (micro-units)
-            low = float(torch.where(commit, conf, 1.0).amin())
-            step.min_conf = [int(low * 1e6) / 1e6]
-        after_pass(self, rows, step.window_start, step.tokens, faults)
-        step.failed = faults
-        return step
-
     def _view(self, t: torch.Tensor, where: tuple[int, int, int], row: bool = False):
         """t[slot, lo:hi] ([1, hi - lo] with `row`): a view, made once per distinct slice."""
         key = (*where, row)
@@ -367,23 +255,21 @@ class ModelRunner:
             view = self._views[key] = t[slot:slot + 1, lo:hi] if row else t[slot, lo:hi]
         return view
 
-    def _knobs(self, rows: list[Sequence], keys, plan, on_device: bool = False) -> PolicyKnobs:
+    def _knobs(self, rows: list[Sequence], keys, plan) -> PolicyKnobs:
         """The policies' per-pass schedule as small device tensors (only those needed)."""
         passes = [row_pass(r, k) for r, k in zip(rows, keys, strict=True)]
         names = plan.names
-        steps_left = k_fixed = k_host = dream_f = dream_host = None
+        steps_left = k_fixed = k_host = dream_f = None
         if "low_confidence" in names:
             steps_left = self.plans.vec(tuple(p.steps_left for p in passes), torch.long)
         if "sdar_static" in names or "sdar_dynamic" in names:
             k_host = [p.k_fixed for p in passes]
             k_fixed = self.plans.vec(tuple(k_host), torch.long)
         if "dream_topk" in names or "dream_entropy" in names:
-            dream_host = [p.dream_f for p in passes]
-            dream_f = self.plans.vec(tuple(dream_host), torch.float32)
+            dream_f = self.plans.vec(tuple(p.dream_f for p in passes), torch.float32)
         return PolicyKnobs(steps_left=steps_left, threshold=plan.threshold,
                            entropy_bound=plan.entropy_bound, k_fixed=k_fixed, k_host=k_host,
-                           block=plan.block, dream_f=dream_f, dream_f_host=dream_host,
-                           on_device=on_device)
+                           block=plan.block, dream_f=dream_f)
 
     def _to_host(self, t: torch.Tensor) -> list[list[int]]:
         if not self.pinned:
@@ -392,5 +278,5 @@ class ModelRunner:
         buf.copy_(t, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        done.synchronize()  # the one host wait per pass, after the whole pass was queued
+        done.synchronize()  # the one host wait per step, after all of it was queued
         return buf.tolist()

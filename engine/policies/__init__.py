@@ -37,10 +37,6 @@ class PolicyKnobs:
     k_host: list[int] | None = None  # the same on the host (top-k grouped by k)
     block: torch.Tensor | None = None  # [B, W] bool: the slots of the row's decode block
     dream_f: torch.Tensor | None = None  # [B] f32: Dream's 1 - s/t for this pass
-    dream_f_host: list[float] | None = None  # the same on the host (float32 values)
-    # no host read (a block step's passes): one-row CPU shortcuts that read a count take the
-    # batched path instead
-    on_device: bool = False
 
 
 POLICIES = {

@@ -15,5 +15,4 @@ def commit_low_confidence(conf, entropy, maskable, knobs):
     n_masked = maskable.sum(-1)  # [B]
     k = torch.div(n_masked + knobs.steps_left - 1, knobs.steps_left.clamp(min=1),
                   rounding_mode="floor")
-    return top_k_rows(conf.masked_fill(~maskable, -1.0), maskable, k,
-                      host_ok=not knobs.on_device)
+    return top_k_rows(conf.masked_fill(~maskable, -1.0), maskable, k)

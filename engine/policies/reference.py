@@ -14,9 +14,6 @@ Same contract as the other policies, with the schedule in `knobs` (host-known pe
 
 from __future__ import annotations
 
-import math
-import struct
-
 import torch
 
 from diffvoice.engine.policies.threshold import at_least_one
@@ -54,42 +51,20 @@ def commit_sdar_dynamic(conf, entropy, maskable, knobs):
 
 def commit_threshold_ge(conf, entropy, maskable, knobs):
     commit = maskable & (conf >= knobs.threshold[:, None])
-    return at_least_one(commit, conf, maskable, host_ok=not knobs.on_device)
-
-
-def _f32(x: float) -> float:
-    """x rounded to float32 (the product of a count < 2**24 and a float32 is exact in a
-    double, so this is float32 multiplication)."""
-    return struct.unpack("f", struct.pack("f", x))[0]
+    return at_least_one(commit, conf, maskable)
 
 
 def _dream(score, maskable, knobs):
-    if (score.shape[0] == 1 and score.device.type == "cpu" and knobs.dream_f_host is not None
-            and not knobs.on_device):
-        # one row on the CPU: k on the host (as upstream's int(n * (1 - s / t)) in float32);
-        # k <= n, so the top-k of the masked-out scores are all maskable slots
-        k = math.floor(_f32(int(maskable.sum()) * knobs.dream_f_host[0]))
-        out = torch.zeros_like(maskable)
-        if k > 0:
-            out[0, torch.topk(torch.where(maskable[0], score[0], float("-inf")), k).indices] = True
-        return out
     n = maskable.sum(-1)
     k = (n.float() * knobs.dream_f).floor().long()  # int(n * (1 - s / t)) in float32
     score = score.masked_fill(~maskable, float("-inf"))
-    return top_k_rows(score, maskable, k, host_ok=not knobs.on_device)
+    return top_k_rows(score, maskable, k)
 
 
-def top_k_rows(score: torch.Tensor, maskable: torch.Tensor, k: torch.Tensor,
-               host_ok: bool = True) -> torch.Tensor:
-    """The k[b] best-scoring maskable slots of each row b (k <= its maskable slots). One row on
-    the CPU: torch.topk with k read on the host (as the authors' loops select; exact ties may
-    break differently from the batched path, which takes the earlier slot)."""
-    if host_ok and score.shape[0] == 1 and score.device.type == "cpu":
-        kk = int(k[0])
-        out = torch.zeros_like(maskable)
-        if kk > 0:
-            out[0, torch.topk(score[0], kk).indices] = True
-        return out & maskable
+def top_k_rows(score: torch.Tensor, maskable: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The k[b] best-scoring maskable slots of each row b (k <= its maskable slots), on the
+    device: a stable sort, so an exact tie takes the earlier slot (the authors' loops call
+    torch.topk, whose order among equal scores is unspecified)."""
     order = torch.argsort(score, dim=-1, descending=True, stable=True)
     rank = torch.empty_like(order).scatter_(-1, order, torch.arange(
         order.shape[-1], device=order.device).expand_as(order))

@@ -7,18 +7,12 @@ import torch
 
 def commit_threshold(conf, entropy, maskable, knobs):
     commit = maskable & (conf > knobs.threshold[:, None])
-    return at_least_one(commit, conf, maskable, host_ok=not knobs.on_device)
+    return at_least_one(commit, conf, maskable)
 
 
-def at_least_one(commit: torch.Tensor, conf: torch.Tensor, maskable: torch.Tensor,
-                 host_ok: bool = True) -> torch.Tensor:
+def at_least_one(commit: torch.Tensor, conf: torch.Tensor, maskable: torch.Tensor) -> torch.Tensor:
     """Force the most confident maskable slot in rows that would otherwise commit nothing
     (conf: the confidences; slots that are not maskable rank below every maskable one)."""
-    if host_ok and commit.shape[0] == 1 and commit.device.type == "cpu":  # one row: on the host
-        if bool(commit.any()) or not bool(maskable.any()):
-            return commit
-        best = conf[0].masked_fill(~maskable[0], -1.0).argmax(-1, keepdim=True)
-        return commit.clone().index_fill_(-1, best, True)
     score = conf.masked_fill(~maskable, -1.0)
     best = torch.zeros_like(maskable).scatter_(-1, score.argmax(-1, keepdim=True), True)
     return commit | (best & maskable & ~commit.any(-1, keepdim=True))

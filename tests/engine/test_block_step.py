@@ -118,9 +118,10 @@ def test_one_read_per_block_with_a_fixed_schedule_two_with_a_threshold(checkpoin
                            steps_per_block=2)
     _, probe, _ = _decode(checkpoints[family], fixed, concurrent)
     assert probe.rounds > 0 and probe.reads <= probe.rounds, (probe.reads, probe.rounds)
-    if not concurrent:  # what the step saves: a read after each of a block's 2 passes
-        _, pass_by_pass, _ = _decode(checkpoints[family], fixed, concurrent, block_step_passes=1)
-        assert pass_by_pass.reads >= 2 * pass_by_pass.rounds
+    if not concurrent:  # what the step saves: a read after each of a block's (up to) 2 passes
+        _, pass_by_pass, stats = _decode(checkpoints[family], fixed, concurrent,
+                                         block_step_passes=1)
+        assert pass_by_pass.reads == stats["passes"] > 1.5 * pass_by_pass.rounds
     threshold = SamplingParams(max_new_tokens=32, ignore_eos=True, decoding="fast",
                                policy="threshold", threshold=0.6)
     _, probe, _ = _decode(checkpoints[family], threshold, concurrent)

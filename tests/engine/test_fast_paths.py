@@ -51,7 +51,7 @@ def _dream_ref(score, maskable, f):
 
 
 @pytest.mark.parametrize("steps", [1, 5, 8, 24])
-def test_dream_host_k_matches_upstream_rule(steps):
+def test_dream_k_matches_upstream_rule(steps):
     g = torch.Generator().manual_seed(steps)
     for step in range(steps):
         f = dream_factor(step, steps)
@@ -59,53 +59,11 @@ def test_dream_host_k_matches_upstream_rule(steps):
         entropy = torch.rand(1, 30, generator=g) * 3
         maskable = torch.rand(1, 30, generator=g) < 0.7
         knobs = PolicyKnobs(steps_left=None, threshold=None, entropy_bound=None,
-                            dream_f=torch.tensor([f], dtype=torch.float32), dream_f_host=[f])
+                            dream_f=torch.tensor([f], dtype=torch.float32))
         got = commit_dream_topk(conf, None, maskable, knobs)
         assert got[0].tolist() == _dream_ref(conf[0].tolist(), maskable[0].tolist(), f)
         got = commit_dream_entropy(conf, entropy, maskable, knobs)
         assert got[0].tolist() == _dream_ref((-entropy[0]).tolist(), maskable[0].tolist(), f)
-        # the device path (no host value: batched rows) agrees with the host path
-        host = commit_dream_topk(conf, None, maskable, knobs)
-        knobs.dream_f_host = None
-        assert torch.equal(commit_dream_topk(conf, None, maskable, knobs), host)
-
-
-@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
-def test_host_mask_count_matches_device_count(family, monkeypatch):
-    """Golden cases (many end at an EOS), at its reference settings and with the engine's
-    fast decoding, decodes to the same tokens in the same number of passes whether the host
-    (plan.host_count) or the device counts the masks left. Pass by pass: a block step reads the
-    device once per step and counts on the device."""
-    with golden_engine(family, block_step_passes=1) as (golden, engine):
-        cases = golden["cases"][::3]
-        jobs = [(golden["prompts"][c["prompt"]], SamplingParams(**c["engine_params"]))
-                for c in cases]
-        jobs += [(m, dataclasses.replace(p, decoding="fast")) for m, p in jobs[::3]]
-        plans = engine.runner.plans
-        build_one = plans._build_one
-
-        def run(host: bool):
-            plans.plans.clear()
-
-            def build(key):
-                plan = build_one(key)
-                if not host:
-                    plan.host_count = None
-                return plan
-
-            monkeypatch.setattr(plans, "_build_one", build)
-            out = []
-            for messages, params in jobs:
-                seq = engine.prepare(messages, params)
-                decode_in_this_thread(engine, seq)
-                out.append((seq.generated, seq.passes, seq.finish_reason))
-            return out
-
-        device, host = run(False), run(True)
-        assert host == device
-        assert [g for g, _, _ in host[:len(cases)]] == [c["answer"] for c in cases]
-        if family != "sdar":  # answers cut at an EOS stop early: fewer passes than the canvas
-            assert any(r == "stop" for _, _, r in host)
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
