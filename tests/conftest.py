@@ -8,6 +8,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Servers and tools the tests start keep their appointment books in the user's data directory
+# (platformdirs): point it at a fresh folder, inherited by the servers they spawn.
+import tempfile as _tempfile  # noqa: E402
+
+os.environ["XDG_DATA_HOME"] = _tempfile.mkdtemp(prefix="diffvoice-test-data-")
+
 # --- one namespace ---
 # `python -m pytest` puts the repository root on sys.path, which makes the code folders
 # importable under their old top-level names: transformers, for one, probes `import kernels`

@@ -173,7 +173,9 @@ class ServeConfig(SessionLimits):
     )
     appointments_db: str | None = field(
         default=None,
-        metadata=_help("SQLite appointment book (default: <model>/appointments.sqlite3)"),
+        metadata=_help("SQLite appointment book (default: in the user's data directory, "
+                       "~/.local/share/diffvoice/<model name>/appointments.sqlite3 on Linux; "
+                       "printed at start-up)"),
     )
     booking_owner_rule: str = field(
         default="caller",

@@ -5,7 +5,8 @@ warnings) -> ReceptionistTools | None`.
 problem; "auto" -> the tools when the model directory has a facts.yaml and its tokenizer knows
 `<tool_call>` as one token (a model trained to call them), else None; a broken fact sheet or
 database then becomes a start-up warning instead of an error. The database is
-`config.appointments_db` or `<model>/appointments.sqlite3`; who may cancel what is
+`config.appointments_db` or the user's data directory (tools.default_book_path), printed at
+start-up; who may cancel what is
 `config.booking_owner_rule` (voice.receptionist.owner).
 
 `paraphrase_for(config, engine, warnings)` sets `engine.rewrite_messages` to the model's
@@ -48,6 +49,8 @@ def receptionist_for(config, engine, warnings: list[str]):
         logger.warning(f"appointment book disabled: {exc}")
         return None
     logger.info(f"appointment book: {tools.book.path} ({', '.join(tools.names)})")
+    print(f"diffvoice: appointment book {tools.book.path} (--appointments-db to move it)",
+          flush=True)
     return tools
 
 

@@ -15,7 +15,8 @@ Results are exactly what the model is trained to read (engine/train/tool_schemas
   book_appointment    {"booked": true} | {"booked": false, "alternatives": [up to 3]}
   cancel_appointment  {"cancelled": true} | {"cancelled": false}
   bad arguments       {"error": "<short text>"}
-The database defaults to `<model dir>/appointments.sqlite3` (created on first run).
+The database defaults to `default_book_path(model dir)`, in the user's data directory (created on
+first run).
 
 `caller` is the session's owner identity (voice.receptionist.owner: the phone number, the /ws
 session), handed in by whoever runs the tools, never taken from the model's arguments (an
@@ -31,11 +32,20 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 from diffvoice.voice.receptionist.book import DAYS, AppointmentBook, parse_hhmm
 from diffvoice.voice.receptionist.owner import OWNER_RULES
 
 MAX_OFFERED = 3
 DB_FILENAME = "appointments.sqlite3"
+
+
+def default_book_path(model_dir: str | Path) -> Path:
+    """Where a model's appointment book lives unless told otherwise: the user's data
+    directory (platformdirs: ~/.local/share/diffvoice/<model>/ on Linux), never the model
+    directory, which after a wheel install is inside site-packages."""
+    return platformdirs.user_data_path("diffvoice") / Path(model_dir).resolve().name / DB_FILENAME
 
 
 class ReceptionistTools:
@@ -61,7 +71,7 @@ class ReceptionistTools:
 
         model_dir = Path(model_dir)
         facts = load_facts(facts_path or model_dir / "facts.yaml")
-        return cls(AppointmentBook(db_path or model_dir / DB_FILENAME, facts), facts,
+        return cls(AppointmentBook(db_path or default_book_path(model_dir), facts), facts,
                    owner_rule=owner_rule)
 
     # ------------------------------------------------------------------ the tools

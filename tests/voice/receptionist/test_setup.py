@@ -37,6 +37,21 @@ def test_modes(tmp_path):
     assert tools.book.durations[doc["services"][0]["name"]] == 60
 
 
+def test_the_book_defaults_to_the_users_data_directory(tmp_path, monkeypatch, capsys):
+    """Not the model directory (inside site-packages after a wheel install): the user's data
+    directory (platformdirs; XDG_DATA_HOME on Linux), one book per model, printed at start-up."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    model = make_random_checkpoint(tmp_path / "my-model", family="sdar")
+    (model / "facts.yaml").write_text(facts_file(tmp_path).read_text())
+    engine = SimpleNamespace(tokenizer=ChatTokenizer.from_dir(model))
+    config = ServeConfig(model=str(model), receptionist_tools="on")
+    tools = receptionist_for(config, engine, [])
+    want = tmp_path / "data" / "diffvoice" / "my-model" / "appointments.sqlite3"
+    assert tools.book.path == want and want.is_file()
+    assert not list(model.glob("*.sqlite3"))
+    assert f"appointment book {want}" in capsys.readouterr().out
+
+
 def test_config_rejects_unknown_mode():
     with pytest.raises(ValueError, match="receptionist_tools"):
         ServeConfig(receptionist_tools="maybe")
