@@ -12,6 +12,9 @@ Contract:
 - Tools: a call arrives whole on the engine's final delta (its skeleton is committed up front
   and only its values are decoded); it is sent as `message.tool_calls` with finish_reason
   "tool_calls", or streamed as OpenAI does (id/type/name first, then argument pieces).
+  A request whose tools are the loaded receptionist's own (same names and arguments, e.g. the
+  plain schemas of docs/tool-calling.md) is decoded with the served schemas, as voice calls
+  are, and its response says `x-diffvoice-tools: served`.
 - Clarify guard (ServeConfig.clarify, voice/receptionist/clarify.py; on by default for a model
   directory with a facts.yaml): a chat answer (no response_format, no ignore_eos) whose first
   block the engine committed with confidence below `clarify_below`, or (clarify_whole_reply)
@@ -91,9 +94,11 @@ class _SlotReleasingStream(StreamingResponse):
     """A StreamingResponse that runs `on_close` (synchronously) however the response ends,
     including cancellation when the client disconnects mid-stream."""
 
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None],
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                  **(headers or {})})
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -238,6 +243,22 @@ def _careful_retry(engine: Any, chat: ChatRequest, request_id: str):
                                    chat_template_kwargs=chat.chat_template_kwargs)
 
 
+SERVED_TOOLS_HEADER = "x-diffvoice-tools"
+
+
+def _served_tools(state: Any, chat: ChatRequest) -> tuple[ChatRequest, bool]:
+    """A request whose tools are the loaded receptionist's own (by name and arguments) is
+    decoded with its served schemas (voice.receptionist.tools.served_tool_schemas): the book's
+    days and times as enums and the conversation slots, as voice calls are. -> (the request,
+    whether they were swapped in; the response then says so in x-diffvoice-tools: served)."""
+    receptionist = getattr(state, "receptionist", None)
+    if receptionist is None or not chat.params.tools or not receptionist.same_tools(
+            chat.params.tools):
+        return chat, False
+    params = dataclasses.replace(chat.params, tools=tuple(receptionist.schemas))
+    return dataclasses.replace(chat, params=params), True
+
+
 def make_router(state: Any) -> APIRouter:
     """The `/v1` routes over `state.engine`, authenticated by `state.config.api_keys`."""
     registry = getattr(getattr(state, "metrics", None), "registry", None)
@@ -278,6 +299,7 @@ def make_router(state: Any) -> APIRouter:
             raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
                               code="invalid_json") from exc
         chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))
+        chat, served_tools = _served_tools(state, chat)
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id,
@@ -293,7 +315,8 @@ def make_router(state: Any) -> APIRouter:
                                      retry=_careful_retry(engine, chat, request_id))
         dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
-            return await _stream(request, chat, deltas, request_id, created)
+            return await _stream(request, chat, deltas, request_id, created,
+                                 {SERVED_TOOLS_HEADER: "served"} if served_tools else {})
         try:
             text, last = await _unless_disconnected(request, _collect(deltas))
         except (EngineOverloaded, ValueError) as exc:
@@ -305,6 +328,8 @@ def make_router(state: Any) -> APIRouter:
         finish_reason = _finish_reason(last)
         api_metrics.observe_finished(chat.model, last)
         headers = {"x-diffvoice-dropped": dropped} if dropped else {}
+        if served_tools:
+            headers[SERVED_TOOLS_HEADER] = "served"
         if clarify is not None and clarify[1].clarified:
             headers["x-diffvoice-clarified"] = clarify[1].reason
         if clarify is not None and clarify[1].grounding:
@@ -331,7 +356,7 @@ def make_router(state: Any) -> APIRouter:
         return "".join(parts), last
 
     async def _stream(request: Request, chat: ChatRequest, deltas: AsyncIterator[Any],
-                      request_id: str, created: int) -> Response:
+                      request_id: str, created: int, headers: dict[str, str]) -> Response:
         # Wait for the first block before sending headers, so overload and invalid-prompt errors
         # still get a proper status code; the first chunk needs that block anyway.
         try:
@@ -387,7 +412,7 @@ def make_router(state: Any) -> APIRouter:
             if not finished:
                 engine.abort(request_id)
 
-        return _SlotReleasingStream(events(), on_close=release)
+        return _SlotReleasingStream(events(), on_close=release, headers=headers)
 
     from diffvoice.voice.openai_api.completions import add_completions_route
 

@@ -41,6 +41,18 @@ MAX_OFFERED = 3
 DB_FILENAME = "appointments.sqlite3"
 
 
+def served_tool_schemas(model_dir: str | Path, facts_path: str | Path | None = None) -> list[dict]:
+    """The receptionist's tools exactly as `diffvoice serve` decodes them (OpenAI `tools`): the
+    fact sheet's open days and the book's start times as enums, and the conversation slots
+    (engine.constrained.context). What an API client should send (`diffvoice tools --model
+    DIR` prints them); the server also swaps them in for a request that sends the plain tools
+    of docs/tool-calling.md (same names and arguments)."""
+    from diffvoice.engine.train.booking_schemas import decoding_schemas
+    from diffvoice.engine.train.facts import load_facts
+
+    return decoding_schemas(load_facts(facts_path or Path(model_dir) / "facts.yaml"))
+
+
 def default_book_path(model_dir: str | Path) -> Path:
     """Where a model's appointment book lives unless told otherwise: the user's data
     directory (platformdirs: ~/.local/share/diffvoice/<model>/ on Linux), never the model
@@ -73,6 +85,16 @@ class ReceptionistTools:
         facts = load_facts(facts_path or model_dir / "facts.yaml")
         return cls(AppointmentBook(db_path or default_book_path(model_dir), facts), facts,
                    owner_rule=owner_rule)
+
+    def same_tools(self, tools) -> bool:
+        """Are a request's `tools` these tools (the same function names, each with the same
+        argument names), whatever their schemas say? Then the served schemas decode them."""
+        try:
+            theirs = {t["function"]["name"]: frozenset(t["function"]["parameters"]["properties"])
+                      for t in tools}
+        except (KeyError, TypeError):
+            return False
+        return len(theirs) == len(tools) and theirs == self._arguments
 
     # ------------------------------------------------------------------ the tools
     def _check(self, args: dict[str, Any], need_time: bool) -> str | None:
