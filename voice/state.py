@@ -111,11 +111,11 @@ class AppState:
         from diffvoice.voice.receptionist.setup import paraphrase_for
 
         paraphrase_for(config, engine, warnings)  # voice calls and the API alike
-        receptionist = None
-        if not config.api_only:
-            from diffvoice.voice.receptionist.setup import receptionist_for
+        from diffvoice.voice.receptionist.setup import receptionist_for
 
-            receptionist = receptionist_for(config, engine, warnings)
+        # voice calls book with it; the API decodes a request's receptionist tools with its
+        # served schemas (voice.openai_api.router), --api-only included
+        receptionist = receptionist_for(config, engine, warnings)
         return cls(
             config=config,
             engine=engine,

@@ -1,12 +1,14 @@
 """examples/ run as a user runs them: each script in its own process, text in, text out.
 
 pipecat_diffusion_llm.py runs the engine in-process; pipecat_openai_llm.py (pipecat's
-OpenAILLMService with the knobs in extra_body) and openai_client.py talk to one real
+OpenAILLMService with the knobs in extra_body), openai_client.py and openai_tools_booking.py (a
+booking with the served receptionist tools) talk to one real
 `diffvoice serve --api-only` on 127.0.0.1, whose /metrics shows that their requests arrived.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +58,18 @@ def test_the_same_app_through_pipecats_openai_service(server):
                   "When are you open on Saturday?").strip().splitlines()[-1]
     assert any(c.isalpha() for c in answer), answer
     assert _successes(server) == before + 1   # one streamed chat request, through our server
+
+
+def test_openai_tools_booking_script(server):
+    """docs/tool-calling.md's API booking, as examples/openai_tools_booking.py runs it."""
+    before = _successes(server)
+    question, call = _run("openai_tools_booking.py", "--base-url",
+                          server.base_url + "/v1").strip().splitlines()[-2:]
+    assert "name" in question.lower(), question
+    name, arguments = call.split(" ", 1)
+    assert (name, json.loads(arguments)) == ("book_appointment", {
+        "service": "cleanings", "day": "friday", "time": "10:00", "name": "sam jones"})
+    assert _successes(server) == before + 2
 
 
 def test_openai_client_script(server):
