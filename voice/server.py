@@ -2,6 +2,7 @@
 
 Routes:
   GET  /healthz   JSON: status, model, asr, tts, active sessions, engine stats, warnings
+  GET  /agent     JSON: the model, and the business and example questions of its fact sheet
                   (with --api-keys and without a bearer key: only {"status": "ok"})
   GET  /metrics   Prometheus text (voice.metrics.VoiceMetrics.render); with --api-keys it needs
                   a bearer key unless --public-metrics
@@ -151,6 +152,16 @@ def create_app(state: AppState) -> FastAPI:
         token, expires_at = state.session_tokens.issue()
         return JSONResponse({"token": token, "expires_at": expires_at,
                              "expires_in": state.session_tokens.ttl_s})
+
+    from diffvoice.voice.receptionist.card import agent_card
+
+    card = agent_card(config.model)
+
+    @app.get("/agent")
+    async def agent() -> JSONResponse:
+        """Who the page talks to: the model and, from its fact sheet, the business and three
+        example questions (voice.receptionist.card); public, like the page."""
+        return JSONResponse({"model": state.model_name, **(card or {"examples": []})})
 
     @app.get("/healthz")
     async def healthz(request: Request) -> JSONResponse:

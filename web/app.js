@@ -14,6 +14,7 @@
  *   latency       the "latency" events, each with browser_ms added (null when unknown)
  *   errors        "error" events; notice: {kind, message} of the banner shown, or null
  *   eventCounts   number of events received per type
+ *   agent         GET /agent: the business and example questions shown, or undefined
  * It knows the protocol only through session.js and the event names.
  */
 import { Mic, MicError } from "./mic.js";
@@ -358,3 +359,29 @@ $("mic").addEventListener("click", () => {
 });
 
 renderStatus();
+
+/** Who the page talks to (GET /agent): the business of the model's fact sheet and three example
+ * questions; nothing is shown for a model without one, or when the request fails. */
+async function showAgent() {
+  let card;
+  try {
+    const response = await fetch("/agent", { cache: "no-store" });
+    if (!response.ok) return;
+    card = await response.json();
+  } catch {
+    return;
+  }
+  if (!card || !card.business) return;
+  const who = card.assistant ? `${card.assistant}, the receptionist of` : "The receptionist of";
+  $("agent-name").textContent = `You are talking to ${who} ${card.business} (${card.kind}).`;
+  const list = $("agent-examples");
+  for (const example of card.examples || []) {
+    const item = document.createElement("li");
+    item.textContent = `“${example}”`;
+    list.appendChild(item);
+  }
+  $("agent-card").hidden = false;
+  state.agent = card;
+}
+
+showAgent();

@@ -253,6 +253,40 @@ def _voice_server(state) -> LoopbackServer:
     return LoopbackServer(create_app(state))
 
 
+def test_page_names_the_agent_and_offers_three_questions(playwright_driver, voice_state,
+                                                        tmp_path):
+    """GET /agent gives the business and example questions of the model's fact sheet; the page
+    shows them before any call. A model without a fact sheet shows none."""
+    import dataclasses
+    import shutil
+
+    from diffvoice.engine import DEFAULT_MODEL_DIR
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(DEFAULT_MODEL_DIR / "facts.yaml", model / "facts.yaml")
+    state = dataclasses.replace(voice_state, config=voice_state.config.replace(model=str(model)))
+    browser = _launch(playwright_driver, chromium_args())
+    try:
+        with _voice_server(state) as server:
+            page = browser.new_page()
+            watch = PageWatch(page)
+            page.goto(server.url + "/")
+            page.wait_for_selector("#agent-card:not([hidden])", timeout=_ms(30))
+            assert "Bluebird Dental" in page.locator("#agent-name").inner_text()
+            examples = page.locator("#agent-examples li").all_inner_texts()
+            assert len(examples) == 3 and "When are you open on Saturday?" in examples[0]
+            assert watch.errors == []
+        with _voice_server(voice_state) as server:  # random-sdar: no fact sheet
+            page = browser.new_page()
+            page.goto(server.url + "/")
+            page.wait_for_function("document.readyState === 'complete'", timeout=_ms(30))
+            page.wait_for_timeout(500)
+            assert page.locator("#agent-card").is_hidden()
+    finally:
+        browser.close()
+
+
 def test_denied_microphone_is_explained(playwright_driver, voice_state):
     """The user refuses the mic: the page says how to allow it and closes its session."""
     # no --use-fake-ui-for-media-stream here: that flag would accept the prompt
