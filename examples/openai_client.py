@@ -4,8 +4,10 @@
     python examples/openai_client.py --base-url http://127.0.0.1:8000/v1 "When do you open?"
 
 The diffusion knobs ride in `extra_body` (policy, threshold, steps_per_block, entropy_bound,
-block_size); `reasoning_effort` maps onto them. Prints the streamed chat answer, then a raw
-/v1/completions continuation; exits 0.
+block_size); `reasoning_effort` maps onto them. Prints the streamed chat answer (what the
+embedded receptionist is for), then a raw /v1/completions continuation to show the route works:
+the embedded 3.6M model is trained on chats only, so its raw continuations are fragments, not
+sentences (a general open checkpoint, `diffvoice serve --model DIR`, continues text); exits 0.
 """
 
 from __future__ import annotations
@@ -35,4 +37,6 @@ if __name__ == "__main__":
     args = parser.parse_args()
     chat, completion = main(args.question, args.base_url, args.api_key)
     print(chat)
+    print("(a raw /v1/completions continuation; the embedded model is trained on chats only, "
+          "so expect fragments)")
     print("completion:", completion)

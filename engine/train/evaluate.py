@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -359,6 +360,8 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                     "grounding": grounding, "retry": retry, "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
+    progress = _Progress(len(all_params) * len(paths) * sum(len(v) for v in sets.values()),
+                         len(all_params) * len(paths) * episodes)
     try:
         engine.warmup()
         for spec, params in all_params:
@@ -369,6 +372,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                                            path_params(path, params, gen.facts), concurrency,
                                            clarify_below, grounding, retry))
                 name = name if path == "free" else f"{name}+{path}"
+                progress.done(f"{spec} {name}", len(examples), replies)
                 res[name] = {
                     "summary": summarize(replies), "per_intent": per_intent(replies),
                     "wall_s": round(time.perf_counter() - t0, 1),
@@ -389,15 +393,42 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
             if episodes:  # closed-loop booking calls (engine/train/episodes.py)
                 from diffvoice.engine.train.episodes import run_episodes
 
-                report["episodes"][spec] = {
-                    path: asyncio.run(run_episodes(engine, gen, path_params(
-                        path, params, gen.facts), n=episodes, seed=seed + 2,
-                        grounding=grounding, clarify_below=clarify_below, retry=retry,
+                report["episodes"][spec] = {}
+                for path in paths:
+                    report["episodes"][spec][path] = asyncio.run(run_episodes(
+                        engine, gen, path_params(path, params, gen.facts), n=episodes,
+                        seed=seed + 2, grounding=grounding, clarify_below=clarify_below,
+                        retry=retry,
                         calibrated=(params.decoding or engine.default_decoding) == "fast"))
-                    for path in paths}
+                    progress.done(f"{spec} closed-loop calls+{path}", 0, None, episodes)
     finally:
         engine.close()
     return report
+
+
+class _Progress:
+    """One line on stderr per finished question set: how far, how long so far, and the time
+    left at the pace so far (a closed-loop call counts as 5 questions until one is timed)."""
+
+    CALL_WEIGHT = 5.0
+
+    def __init__(self, questions: int, calls: int):
+        self.total = questions + self.CALL_WEIGHT * calls
+        self.done_units = 0.0
+        self.t0 = time.perf_counter()
+        print(f"eval-model: {questions} questions and {calls} closed-loop calls to run; "
+              "the time left is printed after each set", file=sys.stderr, flush=True)
+
+    def done(self, what: str, questions: int, replies, calls: int = 0) -> None:
+        self.done_units += questions + self.CALL_WEIGHT * calls
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed / self.done_units * (self.total - self.done_units) if self.done_units else 0
+        right = ""
+        if replies:
+            right = f", {sum(r.correct for r in replies) / len(replies):.1%} right"
+        print(f"eval-model: {what}: done{right} ({self.done_units / self.total:.0%}, "
+              f"{elapsed / 60:.1f} min so far, ~{left / 60:.1f} min left)", file=sys.stderr,
+              flush=True)
 
 
 def _merge(summaries: list[dict]) -> dict:

@@ -64,7 +64,14 @@ def test_eval_model_cli_reports_every_setting(tmp_path, capsys):
                               "--no-chitchat", "--dialogues", "8", "--episodes", "2",
                               "--out", str(out)])
     assert run_eval(args) == 0
-    table = capsys.readouterr().out
+    printed = capsys.readouterr()
+    table = printed.out
+    # progress on stderr: the work up front, then each set with the time left
+    lines = printed.err.splitlines()
+    assert any(line.startswith("eval-model: ") and "closed-loop calls to run" in line
+               for line in lines)
+    done = [line for line in lines if "min left)" in line]
+    assert len(done) >= 8 and "(100%," in done[-1] and "~0.0 min left" in done[-1]
     assert "| low_confidence:2 | template |" in table and "| threshold:0.9 | independent |" in table
     assert "| low_confidence:2 | dialogue+tools |" in table and "closed loop (tools)" in table
     report = json.loads(out.read_text())
