@@ -360,7 +360,10 @@ class Engine:
         StepOutput (for `scheduler.update`)."""
         n = self.block_steps.passes(rows)
         block = self.runner.begin_block_step(rows, n)
+        drafts = all(seq.draft for seq in rows)
         for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
+            if drafts and self._real_request_waiting():
+                break  # drafts yield: the next pass reads, and the real request is scheduled
             self.runner.step(rows, block, read=False)
             self.scheduler.advance(rows)
             self.total_passes += 1
@@ -368,6 +371,11 @@ class Engine:
         self.idle_row_passes += sum(out.idle)
         self.block_steps.observe(rows, out)
         return out
+
+    def _real_request_waiting(self) -> bool:
+        """A host-side look (no lock, no device read) for a request that is not a draft."""
+        return (any(not p.draft for p in list(self._pending))
+                or any(not s.draft for s in list(self.scheduler.waiting)))
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         with self._lock:

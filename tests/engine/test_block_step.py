@@ -136,3 +136,43 @@ def test_a_constrained_row_is_read_after_every_pass(checkpoints):
     params = SamplingParams(max_new_tokens=16, tools=(tool,), tool_choice="required")
     (answer, *_), probe, stats = _decode(checkpoints["sdar"], params, concurrent=False)
     assert probe.quiet_passes == 0 and stats["passes"] > 0
+
+
+async def test_a_draft_only_step_yields_to_a_real_request(checkpoints):
+    """Drafts never hold a real request back for a whole block step: once one waits, the
+    draft-only step reads at its next pass and the real request is scheduled (passes slowed
+    to 20 ms so it arrives mid-step)."""
+    import threading
+    import time
+
+    engine = Engine.from_pretrained(checkpoints["fast_dllm_v2"],
+                                    EngineConfig(device="cpu", enforce_eager=True))
+    log, quiet = [], threading.Event()
+    step = engine.runner.step
+
+    def slow_step(rows, block=None, read=True):
+        log.append((all(r.draft for r in rows), read, time.monotonic()))
+        if not read and block.index == 1 and block.passes >= 6:  # early in a long step
+            quiet.set()
+        time.sleep(0.02)
+        return step(rows, block, read)
+
+    engine.runner.step = slow_step
+
+    async def answer(messages, params, draft=False):
+        return [d async for d in engine.generate(messages, params, draft=draft)]
+
+    try:
+        long = SamplingParams(max_new_tokens=64, ignore_eos=True, decoding="fast",
+                              steps_per_block=8)  # v2 fixture: 8-token blocks, 8 passes each
+        draft = asyncio.create_task(answer(CHATS[0], long, draft=True))
+        assert await asyncio.to_thread(quiet.wait, 30)
+        arrived = time.monotonic()
+        await answer(CHATS[1], SamplingParams(max_new_tokens=8))
+        after = [entry for entry in log if entry[2] >= arrived]
+        first_read = next(i for i, (_, read, _) in enumerate(after) if read)
+        assert first_read <= 2, after[:8]  # a pass in flight, one before the request was queued
+        assert any(not drafts for drafts, _, _ in after)  # the real request ran
+        draft.cancel()
+    finally:
+        engine.close()
