@@ -29,7 +29,9 @@ READS = frozenset({"tolist", "item", "__bool__", "__int__", "__float__", "__inde
                    "numpy", "__array__", "__format__", "__repr__"})
 
 
-class HostReads(TorchFunctionMode):
+class _Counts:
+    """by_name: what was counted, per name; count: all of it."""
+
     def __init__(self):
         super().__init__()
         self.by_name: Counter[str] = Counter()
@@ -38,6 +40,8 @@ class HostReads(TorchFunctionMode):
     def count(self) -> int:
         return sum(self.by_name.values())
 
+
+class HostReads(_Counts, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
         if name in READS or (name == "to" and _to_host(args, kwargs or {})):
@@ -53,16 +57,8 @@ def _to_host(args, kwargs) -> bool:
     return isinstance(target, str | torch.device) and torch.device(target).type == "cpu"
 
 
-class AtenOps(TorchDispatchMode):
+class AtenOps(_Counts, TorchDispatchMode):
     """Counts the aten operators dispatched (views and in-place ops included)."""
-
-    def __init__(self):
-        super().__init__()
-        self.by_name: Counter[str] = Counter()
-
-    @property
-    def count(self) -> int:
-        return sum(self.by_name.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.by_name[str(func.overloadpacket)] += 1

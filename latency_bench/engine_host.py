@@ -57,16 +57,21 @@ def _unwrap(obj, *names: str) -> None:
         obj.__dict__.pop(name, None)
 
 
-def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
-    reads, rounds = HostReads(), [0]
-
-    def counted(step):
+def _counted(mode, total):
+    """around(fn): fn run inside a fresh `mode()` (on the calling thread), its counts added to
+    `total` (modes are thread-local, so this is entered on the engine's worker thread)."""
+    def around(fn):
         def run(*args, **kwargs):
-            with HostReads() as r:
-                out = step(*args, **kwargs)
-            reads.by_name.update(r.by_name)
+            with mode() as counts:
+                out = fn(*args, **kwargs)
+            total.by_name.update(counts.by_name)
             return out
         return run
+    return around
+
+
+def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
+    reads, rounds = HostReads(), [0]
 
     def rounded(update):
         def run(rows, out):
@@ -75,7 +80,7 @@ def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
             return events
         return run
 
-    _wrap(engine.runner, "step", counted)
+    _wrap(engine.runner, "step", _counted(HostReads, reads))
     _wrap(engine.scheduler, "update", rounded)
     passes0, built0 = engine.total_passes, engine.runner.plans.built
     idle0 = engine.idle_row_passes
@@ -138,16 +143,7 @@ def _ops_per_pass(loaded: LoadedModel, messages, params: SamplingParams, config)
     try:
         asyncio.run(_drive(engine, [messages], params, 1))  # warm: plans, lazy tables
         ops = AtenOps()
-
-        def counted(step):
-            def run(*args, **kwargs):
-                with AtenOps() as o:
-                    out = step(*args, **kwargs)
-                ops.by_name.update(o.by_name)
-                return out
-            return run
-
-        _wrap(engine.runner, "step", counted)
+        _wrap(engine.runner, "step", _counted(AtenOps, ops))
         passes0 = engine.total_passes
         asyncio.run(_drive(engine, [messages], params, 1))
         return ops.count / max(engine.total_passes - passes0, 1)
