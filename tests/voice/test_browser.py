@@ -29,6 +29,7 @@ from browser_harness import (
     timeout_scale,
 )
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 from starlette.staticfiles import StaticFiles
 
 _missing = missing_tools()
@@ -116,8 +117,10 @@ def _wait_until(page, predicate, timeout_ms: float) -> None:
 
 
 def _static_web_app() -> Starlette:
-    """Serves web/ only: no /ws, i.e. a page whose voice server is not there."""
+    """Serves web/ and an /agent with no card (what the page asks for on load; a 404 would be a
+    console error): no /ws, i.e. a page whose voice server is not there."""
     app = Starlette()
+    app.add_route("/agent", lambda request: JSONResponse({"model": None, "examples": []}))
     app.mount("/", StaticFiles(directory=REPO_ROOT / "web", html=True))
     return app
 
