@@ -30,8 +30,9 @@ Per row:
 plus the v2 first-token pass where one is due. A greedy row may sit passes out, so the step takes
 the largest of their counts (rows out of step, after blocks of different lengths, are back in
 step after one block step: they all start their next blocks together); a row that must not sit
-out a pass (sampled, constrained) caps it at its own count; `max_passes` caps it all. Knows
-nothing about tensors.
+out a pass (sampled, constrained) caps it at its own count; `max_passes` caps it all. A step of
+drafts alone ends at its next pass once a real request waits (Engine.step_rows). Knows nothing
+about tensors.
 """
 
 from __future__ import annotations
