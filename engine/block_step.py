@@ -112,12 +112,11 @@ class BlockStepPlanner:
         return first + _masks(seq)
 
     def passes(self, rows: list[Sequence]) -> int:
-        idle_ok = [self.row_passes(r) for r in rows
-                   if r.params.temperature <= 0 and r.constraint is None]
-        exact = [self.row_passes(r) for r in rows
-                 if r.params.temperature > 0 or r.constraint is not None]
-        n = min([self.max_passes, max(idle_ok, default=self.max_passes), *exact])
-        return max(1, n)
+        may_idle, exact = [0], [self.max_passes]  # greedy rows: the most; others cap it
+        for r in rows:
+            idle_ok = r.params.temperature <= 0 and r.constraint is None
+            (may_idle if idle_ok else exact).append(self.row_passes(r))
+        return max(1, min(*exact, max(may_idle) or self.max_passes))
 
     def observe(self, rows: list[Sequence], out) -> None:
         """After a read: how many passes each data-dependent row's finished block took

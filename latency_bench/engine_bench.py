@@ -260,14 +260,9 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
         for key in ("host_reads_per_block", "plan_builds_per_pass", "host_us_per_pass"):
             out[key] = {b: p[key] for b, p in profiles.items()}
     if args.aten_ops_preset != "none":
-        tok = loaded.tokenizer
-        ids = tok.tokenizer
-        mask = ids.token_to_id("<|mask|>")
-        eos = ids.token_to_id("<|im_end|>")
-        if mask is None or eos is None:
-            mask, eos = loaded.config.mask_token_id, loaded.config.eos_token_ids[0]
-        out.update(aten_ops_per_layer_pass(PRESETS[args.aten_ops_preset], tok, mask, eos,
-                                           params))
+        mc = loaded.config  # its tokenizer's ids, inside every preset's vocabulary
+        out.update(aten_ops_per_layer_pass(PRESETS[args.aten_ops_preset], loaded.tokenizer,
+                                           mc.mask_token_id, mc.eos_token_ids[0], params))
         out["aten_ops_preset"] = args.aten_ops_preset
     return out
 

@@ -54,7 +54,6 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,6 +62,7 @@ from typing import Any
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
 from diffvoice.engine.train.clarify import CLARIFY, DEFAULT_THRESHOLD, served
 from diffvoice.engine.train.data import DataGenerator, Example, normalize
+from diffvoice.engine.train.eval_progress import EvalProgress
 from diffvoice.engine.train.facts import load_facts
 from diffvoice.engine.train.hearing import hearing
 from diffvoice.engine.train.independent import load_independent
@@ -360,7 +360,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                     "grounding": grounding, "retry": retry, "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
-    progress = _Progress(len(all_params) * len(paths) * sum(len(v) for v in sets.values()),
+    progress = EvalProgress(len(all_params) * len(paths) * sum(len(v) for v in sets.values()),
                          len(all_params) * len(paths) * episodes)
     try:
         engine.warmup()
@@ -404,31 +404,6 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
     finally:
         engine.close()
     return report
-
-
-class _Progress:
-    """One line on stderr per finished question set: how far, how long so far, and the time
-    left at the pace so far (a closed-loop call counts as 5 questions until one is timed)."""
-
-    CALL_WEIGHT = 5.0
-
-    def __init__(self, questions: int, calls: int):
-        self.total = questions + self.CALL_WEIGHT * calls
-        self.done_units = 0.0
-        self.t0 = time.perf_counter()
-        print(f"eval-model: {questions} questions and {calls} closed-loop calls to run; "
-              "the time left is printed after each set", file=sys.stderr, flush=True)
-
-    def done(self, what: str, questions: int, replies, calls: int = 0) -> None:
-        self.done_units += questions + self.CALL_WEIGHT * calls
-        elapsed = time.perf_counter() - self.t0
-        left = elapsed / self.done_units * (self.total - self.done_units) if self.done_units else 0
-        right = ""
-        if replies:
-            right = f", {sum(r.correct for r in replies) / len(replies):.1%} right"
-        print(f"eval-model: {what}: done{right} ({self.done_units / self.total:.0%}, "
-              f"{elapsed / 60:.1f} min so far, ~{left / 60:.1f} min left)", file=sys.stderr,
-              flush=True)
 
 
 def _merge(summaries: list[dict]) -> dict:
