@@ -141,11 +141,11 @@ class EngineConfig:
                   1 = a read after every pass.
     worker_threads: torch's intra-op threads on the engine's worker thread (torch.set_num_threads
                   there; it is per thread). None = 1 on a CPU device, where a second OpenMP team
-                  beside the main thread's made every small op ~18x slower on the 2-core
+                  beside the main thread's made every small op 16-19x slower on the 2-core
                   development machine (docs/perf.md), and torch's default elsewhere; 0 = leave
                   torch's default. One thread suits the small models a CPU serves (their passes
                   are many small ops); a large model on a many-core CPU may want more (a 512x512
-                  matmul ran 1.7x faster with 2 threads on the worker there).
+                  matmul ran 1.5x faster with 2 threads on a non-main thread there).
     """
 
     device: str = "auto"
