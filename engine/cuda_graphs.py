@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from diffvoice.engine.pass_plan import cache_bucket
+
 
 @dataclass
 class _Static:
@@ -55,10 +57,7 @@ class StaticForward:
         bucket = next((b for b in self.buckets if b >= batch), None)
         if bucket is None:
             return None
-        tc = 16
-        while tc < cache_len_max:
-            tc *= 2
-        return bucket, length, min(tc, self.max_seq_len), logits_start, writes
+        return bucket, length, cache_bucket(cache_len_max, self.max_seq_len), logits_start, writes
 
     def __call__(self, ids, positions, key_valid, slots, cache_lens, cache_len_max: int,
                  logits_start: int, write_pos: torch.Tensor | None = None

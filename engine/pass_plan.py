@@ -1,16 +1,25 @@
-"""The device-side geometry of one denoising pass, built once per distinct geometry and reused.
+"""The device-side geometry of one denoising pass, built once per shape and re-anchored in place.
 
 A pass needs ~30 small tensors derived from host-known per-row numbers (positions, which keys are
 valid, where K/V is stored, the attention mask, rotary tables, which window slots are in the
-decode block...). They depend only on the rows' geometry and per-request constants, which stay
-the same for every pass inside a block (and for a whole Dream canvas), so `PlanCache.get` builds
-them once per geometry key and returns the cached `PassPlan` afterwards. On small models the
-per-pass Python and tensor-creation cost is a large share of a pass.
+decode block...). Most of them depend only on the rows' geometry *relative to their windows*
+(how many tokens are fed, where the decode block, the prompt end and the generation end fall in
+the window, which keys are cached) and per-request constants - the same for every block of a
+decode - so `PlanCache.get` keys its plans by that *shape* (`shape_key`, with the cached length
+rounded up to a power of two, `cache_bucket`), not by absolute positions. When a shape comes
+back with new absolute positions (the next block), the plan is *bound* to them in place: the
+positions, the K/V write and gather positions, the rotary rows and the cached part of the
+attention mask are recomputed into the plan's own tensors from one upload of each row's
+(slot, window end, cached length); the window masks, key validity, policy vectors and the new
+keys' part of the mask stay. In steady-state decoding no plan is built: each pass finds its
+shape (a fused commit pass and a decode pass per block) and at most re-binds it.
 
     key = row_key(seq)                      # host ints / floats of one row (engine.rowbatch)
     plan = cache.get(keys)                  # PassPlan: tensors on the runner's device
 Knows nothing about scheduling; the math of every tensor is the runner's (engine.runner).
 
+At batch 1 a bind re-slices views of tables made once (positions, rotary rows, the K/V pools)
+and computes only the write positions and, on a pass whose queries span two blocks, the mask.
 Batch-1 passes on the torch attention backend take the *pool* layout: the new tokens' K/V are
 written into the slot's pool at their positions and attention reads the pool [0, q_end) as one
 view (no gather, no concatenation of cached and new keys). Positions past the cache length are
@@ -28,6 +37,7 @@ import torch
 
 from diffvoice.engine.attention import attention_mask, uses_mask
 from diffvoice.engine.rowbatch import INT, RowKey
+from diffvoice.kernels.block_attention import visibility_mask
 
 
 @dataclass
@@ -84,6 +94,60 @@ class PassPlan:
     # batch 1: the window slots [lo, hi) whose logits a pass can use (the slots its policy may
     # commit or re-predict); the forward computes only those rows' logits (None: all W)
     logit_rows: tuple[int, int] | None = None
+    anchors: tuple | None = None  # the absolute (slot, q_end, visible) per row it is bound to
+    binding: Binding | None = None  # batch > 1: what a bind recomputes in place
+
+
+@dataclass
+class Binding:
+    """What a bind needs that does not move with the anchors (batch 1: `store` only)."""
+
+    store: torch.Tensor | None = None  # [B, L] fed tokens whose K/V this pass stores
+    rel: torch.Tensor | None = None  # [L] fed index - L (raw = q_end + rel)
+    raw: torch.Tensor | None = None  # [B, L] absolute position of each fed token (< 0: padding)
+    valid: torch.Tensor | None = None  # [B, L] fed tokens that are the row's own (gathered)
+    in_window: torch.Tensor | None = None  # [B, W] window slots written back
+
+
+def cache_bucket(cached: int, max_seq_len: int) -> int:
+    """The cached length a plan or a fixed-shape pass is laid out for: the next power of two
+    from 16, at most the canvas (keys past a row's own cached length are masked)."""
+    tc = 16
+    while tc < cached:
+        tc *= 2
+    return min(tc, max_seq_len)
+
+
+def _clamp(v: int, hi: int) -> int:
+    """An offset as far as comparisons with indices in [0, hi) can tell (and whether it is past
+    hi): every value below 0 compares like -1, every value past hi like hi + 1."""
+    return -1 if v < 0 else (hi + 1 if v > hi else v)
+
+
+def shape_key(keys: tuple[RowKey, ...], shift: int, block: int) -> tuple[tuple, tuple]:
+    """(shape, anchors): what a plan's reusable tensors depend on - each row's geometry relative
+    to its window, its flags and policy constants (plus the cache bucket, added by the caller)
+    - and the absolute numbers a bind moves: (slot, q_end, visible) per row."""
+    host = [k.ints for k in keys]
+    q_start, q_end, first = INT["q_start"], INT["q_end"], INT["first"]
+    W = max(r[q_end] - r[q_start] for r in host)
+    L = max(max(r[q_end] - r[first] for r in host), W + shift)
+    rows, anchors = [], []
+    for k, r in zip(keys, host, strict=True):
+        end = r[q_end]
+        lo, ws = end - L, end - W  # absolute position of fed index 0 and of window slot 0
+        vis = r[INT["visible"]]
+        rows.append((
+            _clamp(r[first] - lo, L), _clamp(vis - lo, L), _clamp(r[q_start] - lo, L),
+            _clamp(r[first] - ws, W), _clamp(r[INT["d_start"]] - ws, W),
+            _clamp(r[INT["d_end"]] - ws, W), _clamp(r[INT["block_start"]] - ws, W),
+            _clamp(r[INT["prompt_len"]] - ws, W), _clamp(r[INT["gen_end"]] - ws, W),
+            _clamp(r[q_start] - ws, W), max(0, -lo), end % block if block else 0, vis == 0,
+            r[INT["writes"]], r[INT["stop"]], r[INT["eos_fill"]], r[INT["final"]],
+            r[INT["full_vocab"]], r[INT["first_token"]], k.policy, k.policy_id, k.threshold,
+            k.entropy_bound))
+        anchors.append((r[INT["slot"]], end, vis))
+    return (W, L, tuple(rows)), tuple(anchors)
 
 
 def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
@@ -100,8 +164,12 @@ class PlanCache:
         self.max_entries, self.max_mask_elements = max_entries, max_mask_elements
         self.plans: OrderedDict[tuple, PassPlan] = OrderedDict()
         self.arange = torch.arange(max_seq_len + 1, device=device)
+        self.trash = torch.tensor(max_seq_len, device=device)  # the pools' trash column T
         self.torch_attention = uses_mask(device)
-        self.built = 0
+        self.built = 0  # plans made (a new shape)
+        self.bound = 0  # plans re-anchored (a known shape at new positions)
+        cfg = model.config
+        self.block = cfg.block_size if cfg.block_causal else 0
         self.windows: dict[tuple, tuple] = {}  # window-relative masks of batch-1 rows
         self.vectors: dict[tuple, torch.Tensor] = {}
         self.cos = self.sin = None
@@ -113,20 +181,33 @@ class PlanCache:
             self.sin = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
 
     def get(self, keys: tuple[RowKey, ...]) -> PassPlan:
-        plan = self.plans.get(keys)
+        """The plan of this pass: the cached plan of its shape, bound to the rows' positions
+        (built when the shape is new)."""
+        shape, anchors = shape_key(keys, self.shift, self.block)
+        if len(keys) > 1:
+            shape = (shape, cache_bucket(max(a[2] for a in anchors), self.T))
+        plan = self.plans.get(shape)
         if plan is not None:
-            self.plans.move_to_end(keys)
+            self.plans.move_to_end(shape)
+            if plan.anchors != anchors:
+                if len(keys) == 1:
+                    self._anchor_one(plan, keys[0])
+                else:
+                    self._bind(plan, anchors)
+                plan.anchors = anchors
+                self.bound += 1
             return plan
-        plan = self._build_one(keys[0]) if len(keys) == 1 else self._build(keys)
+        plan = self._build_one(keys[0]) if len(keys) == 1 else self._build(keys, shape[1])
+        plan.anchors = anchors
         self.built += 1
         mask = plan.attn.mask if plan.attn is not None else None
         if mask is None or mask.numel() <= self.max_mask_elements:
-            self.plans[keys] = plan
+            self.plans[shape] = plan
             if len(self.plans) > self.max_entries:
                 self.plans.popitem(last=False)
         return plan
 
-    def _build(self, keys: tuple[RowKey, ...]) -> PassPlan:
+    def _build(self, keys: tuple[RowKey, ...], tc: int) -> PassPlan:
         dev, shift, T = self.device, self.shift, self.T
         host = [k.ints for k in keys]
         h = lambda name: [row[INT[name]] for row in host]  # noqa: E731
@@ -135,24 +216,18 @@ class PlanCache:
         ints = torch.tensor(host, dtype=torch.long, device=dev)
         c = lambda name: _col(ints, name)  # noqa: E731
         slots, q_end, first, visible = c("slot"), c("q_end"), c("first"), c("visible")
-        raw = q_end[:, None] - L + self.arange[:L][None]  # [B, L]
+        rel = self.arange[:L] - L
+        raw = q_end[:, None] + rel[None]  # [B, L]
         valid = raw >= first[:, None]
         key_valid = valid & (raw >= visible[:, None])
-        write_pos = None
+        write_pos = store = None
         if any(h("writes")):
             store = key_valid & c("writes").bool()[:, None] & (raw < c("q_start")[:, None])
             write_pos = torch.where(store, raw, T)
         gather_pos = torch.where(valid, raw, T)
         positions = raw.clamp(min=0)
-        cache_len_max = max(h("visible"))
         logits_start = L - W - shift
-        b1 = len(host) == 1
-        row = host[0]
-        q_end0, first0 = row[INT["q_end"]], row[INT["first"]]
-        ids_view = None
-        if b1 and q_end0 - L >= first0:  # no padding: the fed tokens are one canvas slice
-            ids_view = (row[INT["slot"]], q_end0 - L, q_end0)
-        attn = self._attn(host, positions, raw, key_valid, visible, cache_len_max, L)
+        attn = self._attn(positions, key_valid, visible, tc)
 
         wpos = raw[:, L - W:]
         d_start, d_end = c("d_start")[:, None], c("d_end")[:, None]
@@ -180,31 +255,66 @@ class PlanCache:
                 early, not_final = before_gen_end, ~final
         in_window = wpos >= first[:, None]
         window_idx = torch.where(in_window, wpos, T)
-        window_write = (row[INT["slot"]], q_end0 - W, q_end0) if b1 else None
         full_vocab = c("full_vocab").bool() if any(h("full_vocab")) else None
         policy_ids = torch.tensor([k.policy_id for k in keys], dtype=torch.long, device=dev)
         floats = torch.tensor([(k.threshold, k.entropy_bound) for k in keys],
                               dtype=torch.float32, device=dev)
         return PassPlan(
             W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
-            key_valid=key_valid, visible=visible, cache_len_max=cache_len_max,
+            key_valid=key_valid, visible=visible, cache_len_max=tc,
             gather_pos=gather_pos, write_pos=write_pos, logits_start=logits_start,
-            ids_view=ids_view, attn=attn, window_start=[e - W for e in h("q_end")], wpos=wpos,
+            ids_view=None, attn=attn, window_start=[e - W for e in h("q_end")], wpos=wpos,
             in_block=in_block, block=block, slot0=slot0, first_token_rows=first_token_rows,
             eos_zone=eos_zone, eos_fill_rows=eos_fill_rows, counted=counted, early=early,
-            not_final=not_final, window_write=window_write, window_idx=window_idx, names=names,
+            not_final=not_final, window_write=None, window_idx=window_idx, names=names,
             policy_ids=policy_ids, threshold=floats[:, 0], entropy_bound=floats[:, 1],
-            full_vocab=full_vocab, full_vocab_all=all(h("full_vocab")))
+            full_vocab=full_vocab, full_vocab_all=all(h("full_vocab")),
+            binding=Binding(store, rel, raw, valid, in_window))
 
-    def _attn(self, host, positions, raw, key_valid, visible, cache_len_max: int,
-              L: int) -> AttnPlan | None:
+    def _bind(self, plan: PassPlan, anchors: tuple) -> None:
+        """Re-anchor a batch > 1 plan of the same shape in place: every tensor that holds an
+        absolute position, from one upload of the rows' (slot, q_end, visible)."""
+        b, T = plan.binding, self.trash
+        a = torch.tensor(anchors, dtype=torch.long, device=self.device)
+        plan.slots.copy_(a[:, 0])
+        plan.visible.copy_(a[:, 2])
+        torch.add(a[:, 1:2], b.rel, out=b.raw)
+        torch.clamp(b.raw, min=0, out=plan.positions)
+        torch.where(b.valid, b.raw, T, out=plan.gather_pos)
+        if b.store is not None:
+            torch.where(b.store, b.raw, T, out=plan.write_pos)
+        torch.where(b.in_window, plan.wpos, T, out=plan.window_idx)
+        plan.window_start = [end - plan.W for _, end, _ in anchors]
+        if plan.attn is not None:
+            self._bind_attn(plan)
+
+    def _attn(self, positions, key_valid, visible, tc: int) -> AttnPlan | None:
+        """A batch > 1 plan's AttnPlan; None on the Triton backend (the kernel takes the
+        geometry itself)."""
         if not self.torch_attention:
-            return None  # the Triton kernel takes the geometry itself
-        cfg = self.model.config
+            return None
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]
-        block = cfg.block_size if cfg.block_causal else 0
-        mask = attention_mask(positions, key_valid, visible, cache_len_max, block)
-        return AttnPlan(cos, sin, self._float_mask(mask))
+        allowed = visibility_mask(visible, positions, key_valid, self.block, tc)  # [B, L, tc+L]
+        # a query that sees nothing (no cached key, no new one) attends to itself: its output
+        # is never used, and SDPA stays finite. Whether a row has a cache is part of the shape,
+        # so this part of the mask stays fixed too.
+        new_vis = allowed[:, :, tc:]
+        blind = ~new_vis.any(-1) & (visible == 0)[:, None]  # [B, L]
+        L = new_vis.shape[-1]
+        new_vis |= torch.eye(L, dtype=torch.bool, device=self.device)[None] & blind[:, :, None]
+        mask = self._float_mask(allowed[:, None])
+        return AttnPlan(cos, sin, mask)
+
+    def _bind_attn(self, plan: PassPlan) -> None:
+        """The rotary rows at the new positions and the cached keys' part of the mask (key t
+        visible iff t < the row's cached length), in place."""
+        attn = plan.attn
+        flat = plan.positions.view(-1)
+        torch.index_select(self.cos, 0, flat, out=attn.cos.view(flat.shape[0], -1))
+        torch.index_select(self.sin, 0, flat, out=attn.sin.view(flat.shape[0], -1))
+        tc = plan.cache_len_max
+        hidden = (self.arange[:tc][None] >= plan.visible[:, None])[:, None]  # [B, 1, tc]
+        attn.mask[:, 0, :, :tc].zero_().masked_fill_(hidden, float("-inf"))
 
     def _float_mask(self, allowed: torch.Tensor) -> torch.Tensor:
         return torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(
@@ -222,54 +332,68 @@ class PlanCache:
         return t
 
     def _build_one(self, key: RowKey) -> PassPlan:
-        """The same tensors as `_build` for one row, from views of aranges and tables and
-        window-relative masks shared by every block and request of the same shape."""
-        row, shift, T = key.ints, self.shift, self.T
+        """The same tensors as `_build` for one row: what its shape fixes (window-relative
+        masks shared by every block and request of the shape, key validity, policy vectors),
+        then the anchored views (`_anchor_one`)."""
+        row, shift = key.ints, self.shift
         g = lambda name: row[INT[name]]  # noqa: E731
-        slot, q_start, q_end, first, vis = g("slot"), g("q_start"), g("q_end"), g("first"), \
-            g("visible")
+        q_start, q_end, first, vis = g("q_start"), g("q_end"), g("first"), g("visible")
         W = q_end - q_start
         L = max(q_end - first, W + shift)
-        lo = q_end - L
-        raw = self.arange[lo:q_end][None] if lo >= 0 else \
-            (self.arange[:L] + lo)[None]  # [1, L] absolute positions (padding < 0)
-        positions = raw if lo >= 0 else raw.clamp(min=0)
-        key_valid = raw >= max(first, vis)
-        write_pos = None
-        if g("writes"):
-            write_pos = torch.where(key_valid & (raw < q_start), raw, T)
-        ids_view = (slot, lo, q_end) if lo >= first else None
-        gather_pos = torch.where(raw >= first, raw, T) if ids_view is None else None
-        attn = None
-        if self.torch_attention:
-            attn = self._attn_one(row, raw, positions, lo, L)
+        rel = self.arange[:L] - L  # fed index - L
+        key_valid = rel[None] >= max(first, vis) - q_end
+        store = key_valid & (rel[None] < q_start - q_end) if g("writes") else None
         sdar = key.policy in ("sdar_static", "sdar_dynamic")
         win = self._window(W, g("d_start") - q_start, g("d_end") - q_start,
                            g("block_start") - q_start if sdar else None, g("first_token"),
                            g("prompt_len") - q_start, g("gen_end") - q_start, g("stop"),
                            g("eos_fill"), g("final"))
         in_block, block, slot0, ft_rows, eos_zone, fill_rows, counted, early, not_final = win
-        slots = self.vec((slot,), torch.long)
         full = g("full_vocab")
         # logits the policy can read: the block's masks ([d_start, d_end)); SDAR's top-k also
         # re-predicts the block's decoded slots ([block_start, d_end)). Constrained rows keep all.
         lo = (g("block_start") if sdar else g("d_start")) - q_start
         hi = g("d_end") - q_start
         logit_rows = (lo, hi) if 0 <= lo < hi <= W and (lo, hi) != (0, W) else None
-        return PassPlan(
-            W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
-            key_valid=key_valid, visible=self.vec((vis,), torch.long), cache_len_max=vis,
-            gather_pos=gather_pos, write_pos=write_pos, logits_start=L - W - shift,
-            ids_view=ids_view, attn=attn, window_start=[q_start],
-            wpos=self.arange[q_start:q_end][None], in_block=in_block, block=block, slot0=slot0,
+        plan = PassPlan(
+            W=W, L=L, shift=shift, slots=None, slot_col=None, positions=None,
+            key_valid=key_valid, visible=None, cache_len_max=vis, gather_pos=None,
+            write_pos=None, logits_start=L - W - shift, ids_view=None, attn=None,
+            window_start=[q_start], wpos=None, in_block=in_block, block=block, slot0=slot0,
             first_token_rows=ft_rows, eos_zone=eos_zone, eos_fill_rows=fill_rows,
-            counted=counted, early=early, not_final=not_final,
-            window_write=(slot, q_start, q_end), window_idx=None, names=[key.policy],
+            counted=counted, early=early, not_final=not_final, window_write=None,
+            window_idx=None, names=[key.policy],
             policy_ids=self.vec((key.policy_id,), torch.long),
             threshold=self.vec((key.threshold,), torch.float32),
             entropy_bound=self.vec((key.entropy_bound,), torch.float32),
             full_vocab=self.vec((True,), torch.bool) if full else None,
-            full_vocab_all=bool(full), logit_rows=logit_rows)
+            full_vocab_all=bool(full), logit_rows=logit_rows, binding=Binding(store))
+        self._anchor_one(plan, key)
+        return plan
+
+    def _anchor_one(self, plan: PassPlan, key: RowKey) -> None:
+        """A batch-1 plan's absolute part: views of the aranges, rotary tables and K/V pools
+        at the row's positions; the write positions (and a two-block pass's mask) computed."""
+        row, T, L, W = key.ints, self.T, plan.L, plan.W
+        g = lambda name: row[INT[name]]  # noqa: E731
+        slot, q_end, first, vis = g("slot"), g("q_end"), g("first"), g("visible")
+        q_start = q_end - W
+        lo = q_end - L
+        raw = self.arange[lo:q_end][None] if lo >= 0 else \
+            (self.arange[:L] + lo)[None]  # [1, L] absolute positions (padding < 0)
+        plan.positions = raw if lo >= 0 else raw.clamp(min=0)
+        store = plan.binding.store
+        plan.write_pos = torch.where(store, raw, T) if store is not None else None
+        plan.ids_view = (slot, lo, q_end) if lo >= first else None
+        plan.gather_pos = torch.where(raw >= first, raw, T) if plan.ids_view is None else None
+        if self.torch_attention:
+            plan.attn = self._attn_one(row, raw, plan.positions, lo, L)
+        plan.slots = self.vec((slot,), torch.long)
+        plan.slot_col = plan.slots[:, None]
+        plan.visible, plan.cache_len_max = self.vec((vis,), torch.long), vis
+        plan.window_start = [q_start]
+        plan.wpos = self.arange[q_start:q_end][None]
+        plan.window_write = (slot, q_start, q_end)
 
     def _window(self, W, d0, d1, b0, first_token, p0, g0, stop, eos_fill, final) -> tuple:
         """Masks over one row's window [1, W], relative to its start (cached by shape)."""

@@ -14,9 +14,10 @@ What it measures (all greedy, answers forced to equal length with ignore_eos):
   by_context         ttft / tok/s as the prompt grows (--context 128,1024,4096), and the
                      first-block time of the next turn of the same conversations, which
                      reuses their cached blocks
-  host_reads_per_block, plan_builds_per_pass, host_us_per_pass   the worker's own work at each
-                     --host-batches level (latency_bench.engine_host: reads per block round,
-                     plan builds per pass, busy time outside the forward per pass), eager
+  host_reads_per_block, plan_builds_per_pass, plan_binds_per_pass, host_us_per_pass   the
+                     worker's own work at each --host-batches level on prompts the warm-up did
+                     not send (latency_bench.engine_host: reads per block round, plans built and
+                     re-anchored per pass, busy time outside the forward per pass), eager
   aten_ops_per_layer_pass   aten operators one decoder layer dispatches per pass, for the
                      --aten-ops-preset shape (2-layer less 1-layer copies, CPU, batch 1)
 The model is built in memory with random weights (nothing is downloaded); `--model DIR` measures a
@@ -236,6 +237,12 @@ def run_reference_loop(loaded: LoadedModel, engine: Engine, chats, params: Sampl
                     "whole sequence recomputed every pass, batch 1"}
 
 
+def _unseen(chats: list[list[dict]]) -> list[list[dict]]:
+    """The chats with a few words added to each last message: prompts of other lengths."""
+    return [m[:-1] + [{**m[-1], "content": m[-1]["content"] + " Thanks, one more time."}]
+            for m in chats]
+
+
 def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ctx: int) -> dict:
     """host_reads_per_block / plan_builds_per_pass / host_us_per_pass per --host-batches level
     and aten_ops_per_layer_pass (latency_bench.engine_host)."""
@@ -253,11 +260,14 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
             for b in sorted(set(args.host_batches)):
                 work = (chats * b)[: max(len(chats), 2 * b)]
                 asyncio.run(measure(engine, work, params, b))  # warm-up
-                profiles[str(b)] = host_profile(engine, work, params, b)
+                # measured on prompts the warm-up did not send (each a few tokens longer):
+                # positions new to the engine, as new callers' are
+                profiles[str(b)] = host_profile(engine, _unseen(work), params, b)
         finally:
             engine.close()
         out["host_profile"] = profiles
-        for key in ("host_reads_per_block", "plan_builds_per_pass", "host_us_per_pass"):
+        for key in ("host_reads_per_block", "plan_builds_per_pass", "plan_binds_per_pass",
+                    "host_us_per_pass"):
             out[key] = {b: p[key] for b, p in profiles.items()}
     if args.aten_ops_preset != "none":
         mc = loaded.config  # its tokenizer's ids, inside every preset's vocabulary

@@ -6,7 +6,10 @@
                                  step in which at least one row committed a decode block (at
                                  batch 16 the rows commit their blocks together, so one read
                                  serves them all),
-        "plan_builds_per_pass":  pass plans built (engine.pass_plan.PlanCache.built) per pass,
+        "plan_builds_per_pass":  pass plans built (engine.pass_plan.PlanCache.built: a shape
+                                 not seen before) per pass,
+        "plan_binds_per_pass":   plans of a known shape re-anchored in place to new positions
+                                 (PlanCache.bound) per pass,
         "host_us_per_pass":      the worker's busy time (its block steps, their accounting and
                                  delivery, scheduling, admission) less the model's forward,
                                  per pass, in a second run with no counting mode (the modes
@@ -82,7 +85,8 @@ def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
 
     _wrap(engine.runner, "step", _counted(HostReads, reads))
     _wrap(engine.scheduler, "update", rounded)
-    passes0, built0 = engine.total_passes, engine.runner.plans.built
+    plans = engine.runner.plans
+    passes0, built0, bound0 = engine.total_passes, plans.built, plans.bound
     idle0 = engine.idle_row_passes
     try:
         asyncio.run(_drive(engine, chats, params, concurrency))
@@ -91,7 +95,8 @@ def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
         _unwrap(engine.scheduler, "update")
     passes = engine.total_passes - passes0
     return {"host_reads_per_block": reads.count / max(rounds[0], 1),
-            "plan_builds_per_pass": (engine.runner.plans.built - built0) / max(passes, 1),
+            "plan_builds_per_pass": (plans.built - built0) / max(passes, 1),
+            "plan_binds_per_pass": (plans.bound - bound0) / max(passes, 1),
             "passes": passes, "block_rounds": rounds[0],
             "idle_row_passes": engine.idle_row_passes - idle0,
             "reads_by_kind": dict(reads.by_name)}

@@ -33,6 +33,9 @@ def test_bench_engine_writes_the_documented_fields(tmp_path):
     assert set(raw["host_reads_per_block"]) == {"1", "2"}
     assert all(0 < r <= 1 for r in raw["host_reads_per_block"].values())
     assert all(b >= 0 for b in raw["plan_builds_per_pass"].values())
+    # every pass finds a plan: built (a new shape) or re-anchored (new prompts: new positions)
+    assert all(raw["plan_builds_per_pass"][b] + raw["plan_binds_per_pass"][b] > 0
+               for b in ("1", "2"))
     assert all(us > 0 for us in raw["host_us_per_pass"].values())
     assert raw["host_profile"]["2"]["passes"] > 0
     ops = raw["aten_ops_per_pass_2_layers"] - raw["aten_ops_per_pass_1_layer"]
