@@ -119,7 +119,7 @@ def test_a_request_whole_blocks_longer_builds_only_its_prefill_plan(engines, fam
     base = next(n for n in sorted(by_len) if n + 8 in by_len)
     _decode(engine, [by_len[base]], params)  # its plans: every shape of this decode
     plans = engine.runner.plans
-    built, bound, passes = plans.built, plans.bound, engine.total_passes
+    built, bound = plans.built, plans.bound
     # 8 tokens later (a whole number of blocks of 4 and 8 tokens): every position differs,
     # every shape but the prefill's is the same
     out = _decode(engine, [by_len[base + 8]], params)
