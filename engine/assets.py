@@ -1,20 +1,19 @@
-"""Where diffvoice's shipped files are: the default model, the browser page, the default facts.
+"""Where diffvoice's shipped files are: the default model and the browser page.
 
 One function per asset, used by every command (`generate`, `chat`, `serve`, `train`,
 `eval-model`) and by the server, so a source checkout, an editable install and a wheel install
 all find the same files:
 
 - In a source checkout (this file's grandparent holds diffvoice's pyproject.toml; an editable
-  install also runs from here) the assets are the repository's own folders: `models/`, `web/`,
-  `engine/train/default_facts.yaml`.
+  install also runs from here) the assets are the repository's own folders: `models/`, `web/`.
 - In a wheel install they are package data of the `diffvoice` distribution (pyproject.toml maps
   the `diffvoice` package onto the repository root and ships `models/receptionist-tiny/*` and
-  `web/*` under it), found with importlib.resources; the fact sheet is package data of
-  `engine.train`.
+  `web/*` under it), found with importlib.resources. (The fact sheet is the agent's:
+  agent/facts.py.)
 
 Checking the source checkout first means a worktree runs with its own files even when the
-shared environment's editable install points at another checkout. Knows nothing about models,
-pages or fact sheets beyond their file names.
+shared environment's editable install points at another checkout. Knows nothing about models
+or pages beyond their file names.
 """
 
 from __future__ import annotations
@@ -68,8 +67,3 @@ def web_dir() -> Path:
     """The browser voice demo served at /: web/ (index.html and its scripts)."""
     return asset_path("web")
 
-
-def default_facts_path() -> Path:
-    """The shipped example fact sheet the default model was trained on."""
-    # relative to this package, so the lookup survives the package being renamed or nested
-    return Path(str(importlib.resources.files(__package__).joinpath("train", "default_facts.yaml")))

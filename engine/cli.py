@@ -21,11 +21,11 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
                  "answer one prompt and exit"),
     "bench": ("diffvoice.latency_bench.cli", "add_arguments", "run",
               "latency benchmarks: `bench voice`, `bench engine`, `bench render`"),
-    "train": ("diffvoice.engine.train.cli_train", "add_arguments", "run",
+    "train": ("diffvoice.agent.train.cli_train", "add_arguments", "run",
               "train the receptionist model for your own business from a fact sheet"),
     "tools": ("diffvoice.voice.cli_tools", "add_arguments", "run",
               "print the receptionist's tools as the server decodes them (JSON, for API clients)"),
-    "eval-model": ("diffvoice.engine.train.cli", "add_eval_arguments", "run_eval",
+    "eval-model": ("diffvoice.agent.train.cli", "add_eval_arguments", "run_eval",
                    "fact accuracy, EOS rate and latency of a trained receptionist model"),
 }
 

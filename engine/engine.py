@@ -133,7 +133,7 @@ class Engine:
         self.last_batch_size = 0
         # optional messages -> messages hook run (in a worker thread) on every chat request
         # before it is templated: the receptionist's paraphrase snapping
-        # (engine.train.paraphrase.ParaphraseSnap.rewrite); an error in it leaves the messages
+        # (agent.paraphrase.ParaphraseSnap.rewrite); an error in it leaves the messages
         # as they were
         self.rewrite_messages: Callable[[list[dict]], list[dict]] | None = None
         self._thread = threading.Thread(target=self._loop, name="diffvoice-engine", daemon=True)

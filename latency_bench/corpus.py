@@ -38,7 +38,7 @@ SAMPLE_RATE = 16000
 WINDOW_S = 0.010
 
 # Questions a caller asks a small clinic's receptionist: the domain of the embedded model
-# (models/receptionist-tiny, trained on engine/train's dental-clinic fact sheet), phrased the way
+# (models/receptionist-tiny, trained on agent/'s dental-clinic fact sheet), phrased the way
 # people say them. Short and without long internal pauses, so that one prompt is one user turn
 # at the default stop_secs.
 RECEPTIONIST_PROMPTS: tuple[str, ...] = (

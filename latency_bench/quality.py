@@ -6,7 +6,7 @@ Contract (pure functions of a voice report's per-turn records, `report["turns"]`
   sum(errors) / sum(reference_words), so long prompts weigh by their length.
 - `expected_facts(turn) -> tuple[str, ...]`: what a correct answer must contain: the turn's own
   `expected` list when the corpus gave one, else the built-in table for the receptionist
-  prompts (the embedded model's fact sheet, engine/train/default_facts.yaml), else ().
+  prompts (the embedded model's fact sheet, agent/default_facts.yaml), else ().
 - `task_success(turn)`: whether the bot's answer contains any expected fact (normalised).
 - `sweep_quality(report) -> {concurrency: {"wer", "wer_turns", "task_success",
   "task_turns"}}`: over the measured ("ok") turns that have a prompt text and a transcript

@@ -6,7 +6,7 @@ pass time of the served decoding pass (voice.asr.whisper_pass) on espeak-spoken 
     python -m diffvoice.latency_bench.whisper_prompt --set independent \\
         --out docs/latency/whisper-prompt-independent.json
 
-`train`: N sentences (seeded sample) of engine/train/asr_train.jsonl, each spoken with the voice,
+`train`: N sentences (seeded sample) of agent/train/asr_train.jsonl, each spoken with the voice,
 rate and pitch recorded there (the training voices): where the prompt was chosen. `independent`:
 every question of the spoken independent set with its two evaluation voices (never used to
 choose anything). Prompts: none, the business's names (name, kind, services), and the
@@ -34,7 +34,7 @@ def prompts(facts_path=None) -> dict[str, str]:
 
 
 def utterances(which: str, n: int, seed: int) -> list[tuple[str, str, int, int]]:
-    from diffvoice.engine.train.asr_augment import INDEPENDENT_CACHE, load_cache
+    from diffvoice.agent.train.asr_augment import INDEPENDENT_CACHE, load_cache
 
     if which == "train":
         rows = [r for r in load_cache() if r["asr"] == "whisper-tiny.en"]
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from faster_whisper import WhisperModel
 
-    from diffvoice.engine.train.asr_augment import speak
+    from diffvoice.agent.train.asr_augment import speak
     from diffvoice.latency_bench.wer import wer
     from diffvoice.voice.asr.packaged_models import packaged_whisper_dir
     from diffvoice.voice.asr.whisper_pass import PassOptions, WhisperPassRunner

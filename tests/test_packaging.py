@@ -8,7 +8,8 @@ test fails until it is. The wheel itself is built and run in tests/voice/test_in
 import tomllib
 from pathlib import Path
 
-from diffvoice.engine.assets import default_facts_path, default_model_dir, source_root, web_dir
+from diffvoice.agent.facts import default_facts_path
+from diffvoice.engine.assets import default_model_dir, source_root, web_dir
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """`diffvoice tools --model DIR`: the receptionist's tools as the server decodes them, as JSON.
 
-Prints the OpenAI `tools` list (voice.receptionist.tools.served_tool_schemas): what an API
+Prints the OpenAI `tools` list (agent.tools.served_tool_schemas): what an API
 client should send with its chat requests to have bookings decoded as the voice agent decodes
 them (docs/tool-calling.md has a runnable example).
 """
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diffvoice.voice.receptionist.tools import served_tool_schemas
+    from diffvoice.agent.tools import served_tool_schemas
 
     try:
         tools = served_tool_schemas(args.model, args.facts)

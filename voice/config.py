@@ -24,8 +24,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from diffvoice.agent.owner import OWNER_RULES
 from diffvoice.engine.assets import default_model_dir, web_dir
-from diffvoice.voice.receptionist.owner import OWNER_RULES
 from diffvoice.voice.session_limits import SessionLimits, _help, _split_csv
 from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
 
@@ -183,7 +183,7 @@ class ServeConfig(SessionLimits):
                        "session that made it) or any (anyone who names it and its day); "
                        "docs/tool-calling.md 'Who may cancel what'"),
     )
-    # clarify guard (voice/receptionist/clarify.py): a short clarifying question instead of an
+    # clarify guard (agent/guard.py): a short clarifying question instead of an
     # unsure or blended reply, on voice calls and the OpenAI API
     clarify: str = field(
         default="auto",
@@ -200,7 +200,7 @@ class ServeConfig(SessionLimits):
         metadata=_help("also hold each reply until complete and clarify when it is not "
                        "well-formed (costs the reply's remaining blocks before speech starts)"),
     )
-    # paraphrase snapping (engine/train/paraphrase.py): a caller's first message heard as the
+    # paraphrase snapping (agent/paraphrase.py): a caller's first message heard as the
     # nearest training question of the receptionist's fact sheet, on voice calls and the API
     paraphrase: str = field(
         default="auto",

@@ -21,7 +21,7 @@ Contract:
   `last_answer.tool_call` names the call an answer made and `last_answer.after_tool` says an
   answer is a call's re-prompt (the turn tracker counts both as one answer);
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
-* clarify guard (`clarify=` a voice.receptionist.clarify.ClarifyGuard): an answer whose first
+* clarify guard (`clarify=` a agent.guard.ClarifyGuard): an answer whose first
   block the engine committed unsure, or (whole-reply mode) that is not well-formed, is replaced
   by the clarifying question before anything is spoken; `last_clarify` records why.
 * eager drafts (`draft_context` given): `self.drafts` is the call's voice.drafting.DraftManager;
@@ -172,7 +172,7 @@ class DiffusionLLMService(LLMService):
         if tool_calls_per_turn < 0:
             raise ValueError(f"tool_calls_per_turn must be >= 0, got {tool_calls_per_turn}")
         self._tool_calls_per_turn = tool_calls_per_turn
-        self._clarify = clarify  # voice.receptionist.clarify.ClarifyGuard or None
+        self._clarify = clarify  # agent.guard.ClarifyGuard or None
         self.last_clarify = None  # its ClarifyRecord for the latest answer
         self.drafts = None
         self.last_answer = AnswerInfo()
@@ -231,7 +231,7 @@ class DiffusionLLMService(LLMService):
                 logger.debug(f"{self}: abort({request_id}) -> {e!r}")
 
     def _careful_retry(self, messages: list[dict], params, request_id: str):
-        """The clarify guard's careful retry of a blended reply (voice.receptionist.clarify):
+        """The clarify guard's careful retry of a blended reply (agent.guard):
         the same request, one token per pass, abortable as the current request; None when the
         engine cannot decode carefully."""
         careful = getattr(self._engine, "careful_params", None)
@@ -297,7 +297,7 @@ class DiffusionLLMService(LLMService):
             source = (draft.stream() if draft is not None else
                       self._engine.generate(messages, params, request_id=request_id))
             if self._clarify is not None:  # ask instead of speaking an unsure / blended reply
-                from diffvoice.voice.receptionist.clarify import ClarifyRecord
+                from diffvoice.agent.guard import ClarifyRecord
 
                 self.last_clarify = ClarifyRecord()
                 source = self._clarify.wrap(source, abort=self._abort_current,

@@ -22,7 +22,7 @@ Contract (stable; the telephony helper builds on it):
         audio_in_sample_rate: int = 16000,    # what the transport's input frames carry
         audio_out_sample_rate: int | None = None,  # None -> the TTS's native rate
         caller: str | None = None,            # who the receptionist's bookings belong to
-                                              # (voice.receptionist.owner); None -> this session
+                                              # (agent.owner); None -> this session
     ) -> tuple[pipecat.pipeline.pipeline.Pipeline, pipecat.pipeline.worker.PipelineWorker]
 
 Turn end (voice.turn_end): the VAD reports pauses after `stop_secs`; the turn ends at once when
@@ -65,10 +65,10 @@ from pipecat.turns.user_turn_strategies import (
     default_user_turn_start_strategies,
 )
 
+from diffvoice.agent.owner import session_owner
 from diffvoice.voice.eager_drafter import EagerDrafter
 from diffvoice.voice.frame_tap import FrameTap
 from diffvoice.voice.llm_service import DiffusionLLMService
-from diffvoice.voice.receptionist.owner import session_owner
 from diffvoice.voice.speech_vad import SpeechTrackingVAD
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.vad_aligned import WINDOW_SECS, VadAlignedInput
@@ -110,8 +110,8 @@ def caller_audio_stop() -> FunctionFilter:
                           enable_direct_mode=True)
 
 
-def _clarify_guard(state):  # ServeConfig.clarify*: voice/receptionist/clarify.py
-    from diffvoice.voice.receptionist.clarify import guard_of
+def _clarify_guard(state):  # ServeConfig.clarify*: agent/guard.py
+    from diffvoice.agent.guard import guard_of
 
     return guard_of(state) if hasattr(state, "config") else None
 
@@ -173,7 +173,7 @@ def build_pipeline(
         clarify=_clarify_guard(state),
     )
     if receptionist is not None:  # the appointment book's tools run inside this call,
-        # as its caller: bookings belong to the transport's identity (voice.receptionist.owner;
+        # as its caller: bookings belong to the transport's identity (agent.owner;
         # a phone number from Twilio's signed webhook, else this session), never to words
         receptionist.register(llm, caller=caller or session_owner(session_id))
     meaning = MeaningTurnStopStrategy(

@@ -153,14 +153,14 @@ def create_app(state: AppState) -> FastAPI:
         return JSONResponse({"token": token, "expires_at": expires_at,
                              "expires_in": state.session_tokens.ttl_s})
 
-    from diffvoice.voice.receptionist.card import agent_card
+    from diffvoice.agent.card import agent_card
 
     card = agent_card(config.model)
 
     @app.get("/agent")
     async def agent() -> JSONResponse:
         """Who the page talks to: the model and, from its fact sheet, the business and three
-        example questions (voice.receptionist.card); public, like the page."""
+        example questions (agent.card); public, like the page."""
         return JSONResponse({"model": state.model_name, **(card or {"examples": []})})
 
     @app.get("/healthz")

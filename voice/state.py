@@ -56,7 +56,7 @@ class AppState:
     latency_log: LatencyLog | None = None
     llm_overrides: dict[str, Any] = field(default_factory=dict)
     active_sessions: set[str] = field(default_factory=set)
-    receptionist: Any = None  # voice.receptionist.tools.ReceptionistTools (appointment book)
+    receptionist: Any = None  # agent.tools.ReceptionistTools (appointment book)
     started_at: float = field(default_factory=time.time)
     replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
     client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP

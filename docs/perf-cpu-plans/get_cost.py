@@ -26,7 +26,7 @@ for family in ("sdar", "fast_dllm_v2"):
                                  (1 + i % 3)}], params) for i in range(batch)]
         keys, step = [], engine.runner.step
 
-        def recorded(rows, *args, _step=step, **kwargs):
+        def recorded(rows, *args, _step=step, keys=keys, **kwargs):
             keys.append(tuple(row_key(r) for r in rows))
             return _step(rows, *args, **kwargs)
 
@@ -35,7 +35,7 @@ for family in ("sdar", "fast_dllm_v2"):
         r = engine.runner
         middle = keys[4:-6]
 
-        def fresh():
+        def fresh(r=r):
             return PlanCache(r.model, r.kv, r.device, r.T, r.mask_id, r.shift)
 
         best_build = best_get = float("inf")

@@ -76,7 +76,7 @@ def _write_config(tok: Tokenizer, out: Path) -> None:
         "clean_up_tokenization_spaces": False,
         "model_max_length": 1024,
         "receptionist": {"history_exchanges": HISTORY_EXCHANGES, "system_prompt": SYSTEM_PROMPT,
-                         "tools": "built in: engine/train/tool_schemas.py"},
+                         "tools": "built in: agent/tool_schemas.py"},
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 

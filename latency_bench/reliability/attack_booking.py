@@ -4,8 +4,8 @@ under a name that caller A (and a phone caller) booked too; B's cancel may remov
 Contract: `await booking_theft(ctx, prompts, attempts) -> dict` with `prompts` the espeak-ng
 speech of `CANCEL_TEXTS` (`cancel_prompts(cache_dir)` makes them). The appointment book is the
 server's own SQLite file (`ctx.settings["appointments_db"]`, its schema from
-voice.receptionist.book); the harness writes bookings into it for the identities the server's
-tools book under (voice.receptionist.owner) and reads it read-only:
+agent.book); the harness writes bookings into it for the identities the server's
+tools book under (agent.owner) and reads it read-only:
 1. caller A opens a browser /ws session; `NAME` is booked on `DAY` for `session:<A's id>`, and
    `OTHER_SPELLING` (the same name, another case: the issue's "Ann Lee" / "ann LEE") for a phone
    caller's number;
@@ -36,12 +36,12 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
+from diffvoice.agent.owner import session_owner
 from diffvoice.latency_bench.browser_client import FRAME_SAMPLES, _read, _run_turn, _State
 from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt, synthesize_corpus
 from diffvoice.latency_bench.pacer import Pacer
 from diffvoice.latency_bench.reliability.common import bench_config, next_ip
 from diffvoice.latency_bench.turns import TurnResult
-from diffvoice.voice.receptionist.owner import session_owner
 from diffvoice.voice.transport import protocol
 
 DAY = "monday"
@@ -74,8 +74,8 @@ def visits(db: str) -> list[tuple]:
 
 
 def _book(db: str, model_dir: str):
-    from diffvoice.engine.train.facts import load_facts
-    from diffvoice.voice.receptionist.book import AppointmentBook
+    from diffvoice.agent.book import AppointmentBook
+    from diffvoice.agent.facts import load_facts
 
     return AppointmentBook(db, load_facts(Path(model_dir) / "facts.yaml"))
 

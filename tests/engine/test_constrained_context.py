@@ -95,10 +95,10 @@ def test_contextualize_narrows_only_what_opted_in():
 
 
 def test_receptionist_decoding_schemas():
+    from diffvoice.agent.booking_schemas import decoding_schemas
+    from diffvoice.agent.facts import load_facts
+    from diffvoice.agent.tool_schemas import tool_schemas
     from diffvoice.engine import DEFAULT_MODEL_DIR
-    from diffvoice.engine.train.booking_schemas import decoding_schemas
-    from diffvoice.engine.train.facts import load_facts
-    from diffvoice.engine.train.tool_schemas import tool_schemas
 
     facts = load_facts(DEFAULT_MODEL_DIR / "facts.yaml")
     trained, served = tool_schemas(facts), decoding_schemas(facts)

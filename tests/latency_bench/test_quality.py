@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from diffvoice.engine.assets import default_facts_path
+from diffvoice.agent.facts import default_facts_path
 from diffvoice.latency_bench.markdown import render_markdown
 from diffvoice.latency_bench.quality import RECEPTIONIST_FACTS, sweep_quality, task_success
 from diffvoice.latency_bench.report import SweepPoint, build_report, enough_samples, shown

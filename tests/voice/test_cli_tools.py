@@ -14,7 +14,7 @@ from diffvoice.engine.cli import main
 @pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "facts.yaml").is_file(),
                     reason="models/receptionist-tiny not present")
 def test_prints_the_served_tools(capsys):
-    from diffvoice.voice.receptionist.tools import served_tool_schemas
+    from diffvoice.agent.tools import served_tool_schemas
 
     assert main(["tools", "--model", str(DEFAULT_MODEL_DIR)]) == 0
     printed = json.loads(capsys.readouterr().out)

@@ -122,10 +122,10 @@ def test_wheel_has_its_data_and_its_pins_are_met(installed):
     ours = [line for line in check.stdout.splitlines() if line.lower().startswith("diffvoice")]
     assert not ours, f"pip {installed['pip']} check: {ours}"
     probe = ("import json; from diffvoice.engine import assets; "
-             "from diffvoice.voice import config; "
+             "from diffvoice.voice import config; from diffvoice.agent import facts; "
              "print(json.dumps([assets.__file__, config.__file__, "
              "str(assets.default_model_dir()), str(assets.web_dir()), "
-             "str(assets.default_facts_path())]))")
+             "str(facts.default_facts_path())]))")
     paths = json.loads(_run([str(py), "-c", probe], env=env, cwd=cwd).stdout)
     site = str(installed["site"])
     assert all(p.startswith(site) for p in paths), paths

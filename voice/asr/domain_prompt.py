@@ -9,7 +9,7 @@ ins"). The prompt is built from the fact sheet alone, never from evaluation data
     insurance? What forms of payment do you take? ...
 
 the business name and kind, every service's name, and the first example question of every FAQ
-entry. Chosen on the training questions spoken by the training voices (engine/train/asr_train
+entry. Chosen on the training questions spoken by the training voices (agent/train/asr_train
 .jsonl's sentences and voices, 120 of them, Whisper tiny.en, the served pass): WER 36.3% without
 a prompt, 33.5% with names and services, 32.7% with the FAQ questions too; on the independent
 set 35.0% -> 31.1% (python -m diffvoice.latency_bench.whisper_prompt, docs/voice.md "Domain
@@ -25,7 +25,7 @@ _PRONOUN_I = re.compile(r"\bi\b(?=$|[\s'])")
 
 
 def _facts(facts_path: str | Path | None):
-    from diffvoice.engine.train.facts import load_facts
+    from diffvoice.agent.facts import load_facts
 
     return load_facts(facts_path) if facts_path else load_facts()
 

@@ -1,5 +1,5 @@
 """A small domain language model for the pocketsphinx fallback, built from the receptionist
-question generator (engine.train) and the model's fact sheet.
+question generator (agent.data) and the model's fact sheet.
 
 pocketsphinx's bundled general English LM (26 MB) is slow (~0.7x real time here) and rarely right
 on synthetic or accented speech. Callers of a receptionist ask a narrow set of questions, so a
@@ -30,8 +30,8 @@ def domain_sentences(
     facts_path: str | Path | None = None, n: int = 3000, seed: int = 0
 ) -> list[str]:
     """Question strings the receptionist model was trained on (plus its held-out phrasings)."""
-    from diffvoice.engine.train.data import DataGenerator, normalize
-    from diffvoice.engine.train.facts import load_facts
+    from diffvoice.agent.data import DataGenerator, normalize
+    from diffvoice.agent.facts import load_facts
 
     facts = load_facts(facts_path) if facts_path else load_facts()
     generator = DataGenerator(facts)

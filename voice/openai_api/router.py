@@ -15,12 +15,12 @@ Contract:
   A request whose tools are the loaded receptionist's own (same names and arguments, e.g. the
   plain schemas of docs/tool-calling.md) is decoded with the served schemas, as voice calls
   are, and its response says `x-diffvoice-tools: served`.
-- Clarify guard (ServeConfig.clarify, voice/receptionist/clarify.py; on by default for a model
+- Clarify guard (ServeConfig.clarify, agent/guard.py; on by default for a model
   directory with a facts.yaml): a chat answer (no response_format, no ignore_eos) whose first
   block the engine committed with confidence below `clarify_below`, or (clarify_whole_reply)
   that is not well-formed, is replaced by the clarifying question; a non-streamed response
   then carries `x-diffvoice-clarified: first_block|not_well_formed`; a whole answer whose
-  restated time or day was mended (engine.train.grounding) `x-diffvoice-grounded:
+  restated time or day was mended (agent.grounding) `x-diffvoice-grounded:
   substituted|replaced` (`ungrounded`: wrong, nothing to mend it with, passed as is).
 - A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
   engine request aborted, so the slot frees before the engine's next step.
@@ -226,7 +226,7 @@ def _clarify_record(state: Any, chat: ChatRequest):
         return None
     if chat.params.ignore_eos:
         return None
-    from diffvoice.voice.receptionist.clarify import ClarifyRecord, guard_of
+    from diffvoice.agent.guard import ClarifyRecord, guard_of
 
     guard = guard_of(state)
     return None if guard is None else (guard, ClarifyRecord())
@@ -248,7 +248,7 @@ SERVED_TOOLS_HEADER = "x-diffvoice-tools"
 
 def _served_tools(state: Any, chat: ChatRequest) -> tuple[ChatRequest, bool]:
     """A request whose tools are the loaded receptionist's own (by name and arguments) is
-    decoded with its served schemas (voice.receptionist.tools.served_tool_schemas): the book's
+    decoded with its served schemas (agent.tools.served_tool_schemas): the book's
     days and times as enums and the conversation slots, as voice calls are. -> (the request,
     whether they were swapped in; the response then says so in x-diffvoice-tools: served)."""
     receptionist = getattr(state, "receptionist", None)

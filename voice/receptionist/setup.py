@@ -7,10 +7,10 @@ problem; "auto" -> the tools when the model directory has a facts.yaml and its t
 database then becomes a start-up warning instead of an error. The database is
 `config.appointments_db` or the user's data directory (tools.default_book_path), printed at
 start-up; who may cancel what is
-`config.booking_owner_rule` (voice.receptionist.owner).
+`config.booking_owner_rule` (agent.owner).
 
 `paraphrase_for(config, engine, warnings)` sets `engine.rewrite_messages` to the model's
-paraphrase snapping (engine.train.paraphrase) per `config.paraphrase`: "off" -> nothing; "on" ->
+paraphrase snapping (agent.paraphrase) per `config.paraphrase`: "off" -> nothing; "on" ->
 the snap, or a ValueError naming the problem; "auto" -> the snap when the model directory has a
 facts.yaml (a broken fact sheet or a missing encoder package then becomes a start-up warning).
 """
@@ -37,7 +37,7 @@ def receptionist_for(config, engine, warnings: list[str]):
     if mode == "auto" and not (facts.is_file() and trained_for_tools(engine)):
         return None
     try:
-        from diffvoice.voice.receptionist.tools import ReceptionistTools
+        from diffvoice.agent.tools import ReceptionistTools
 
         tools = ReceptionistTools.for_model(
             config.model, db_path=config.appointments_db,
@@ -62,7 +62,7 @@ def paraphrase_for(config, engine, warnings: list[str]):
     if mode == "auto" and not facts.is_file():
         return None
     try:
-        from diffvoice.engine.train.paraphrase import ParaphraseSnap
+        from diffvoice.agent.paraphrase import ParaphraseSnap
 
         intent = getattr(config, "paraphrase_intent", None)
         snap = ParaphraseSnap.for_model(config.model, threshold=config.paraphrase_threshold,

@@ -59,9 +59,9 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
+from diffvoice.agent.owner import phone_owner
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.call_limits import CallWatchdog
-from diffvoice.voice.receptionist.owner import phone_owner
 from diffvoice.voice.telephony import signature, twiml
 from diffvoice.voice.telephony.admission import (
     PhoneAdmission,

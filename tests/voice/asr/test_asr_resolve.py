@@ -18,7 +18,7 @@ from diffvoice.voice.transport import protocol
 def test_whisper_domain_prompt_from_the_fact_sheet(tmp_path):
     """--asr-prompt auto: a whisper backend for a model with a fact sheet decodes with that
     sheet's domain prompt (its business name and services); off (the default) or no sheet: none."""
-    from diffvoice.engine.train.facts import DEFAULT_FACTS_PATH
+    from diffvoice.agent.facts import DEFAULT_FACTS_PATH
     from diffvoice.voice.asr.resolve import whisper_prompt
 
     sheet = tmp_path / "facts.yaml"

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / "model.safetensors").is
 
 
 def test_api_booking_over_two_turns(tmp_path):
-    from diffvoice.voice.receptionist.tools import ReceptionistTools
+    from diffvoice.agent.tools import ReceptionistTools
 
     tools = ReceptionistTools.for_model(DEFAULT_MODEL_DIR, db_path=tmp_path / "book.sqlite3")
     engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(max_running=2))
@@ -69,9 +69,9 @@ def test_plain_receptionist_tools_are_decoded_with_the_served_schemas(tmp_path):
     alone. `diffvoice tools` prints the served ones."""
     from types import SimpleNamespace
 
-    from diffvoice.engine.train.facts import load_facts
-    from diffvoice.engine.train.tool_schemas import tool_schemas
-    from diffvoice.voice.receptionist.tools import ReceptionistTools, served_tool_schemas
+    from diffvoice.agent.facts import load_facts
+    from diffvoice.agent.tool_schemas import tool_schemas
+    from diffvoice.agent.tools import ReceptionistTools, served_tool_schemas
 
     tools = ReceptionistTools.for_model(DEFAULT_MODEL_DIR, db_path=tmp_path / "book.sqlite3")
     assert served_tool_schemas(DEFAULT_MODEL_DIR) == tools.schemas

@@ -1,4 +1,4 @@
-"""The clarify guard at run time (voice/receptionist/clarify.py): on engine deltas, in the voice
+"""The clarify guard at run time (agent/guard.py): on engine deltas, in the voice
 pipeline's DiffusionLLMService (pipecat run_test) and in the OpenAI API (TestClient), with the
 shipped receptionist model and its tools (the product path). Low first-block confidence -> the
 clarifying question, decided by the engine's own confidence (measured in the test); a confident
@@ -17,10 +17,10 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 from voice_fixtures import RouterConfig as _Config
 
+from diffvoice.agent.clarify import CLARIFY
+from diffvoice.agent.guard import ClarifyGuard, ClarifyRecord, clarify_guard_for
 from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig, SamplingParams
 from diffvoice.engine.engine import Delta
-from diffvoice.engine.train.clarify import CLARIFY
-from diffvoice.voice.receptionist.clarify import ClarifyGuard, ClarifyRecord, clarify_guard_for
 
 HAS_MODEL = (DEFAULT_MODEL_DIR / "model.safetensors").is_file()
 UNSURE = "hours price"  # first block unsure (v3: 0.26): "On Tuesdays we're open from 8 am to 5 pm."
@@ -169,7 +169,7 @@ async def test_after_a_tool_result_an_unsure_reply_becomes_the_trained_result_re
 
 async def test_the_held_reply_is_grounded_before_it_is_spoken():
     """A confident, well-shaped reply that restates a value nobody said is mended in whole-reply
-    mode (engine.train.grounding); a streamed reply is already spoken and is left alone."""
+    mode (agent.grounding); a streamed reply is already spoken and is left alone."""
     if not HAS_MODEL:
         pytest.skip("models/receptionist-tiny not present")
     guard = clarify_guard_for(_Config())
@@ -238,7 +238,7 @@ def _guard_of_default():
 def receptionist(tmp_path_factory):
     if not HAS_MODEL:
         pytest.skip("models/receptionist-tiny not present")
-    from diffvoice.voice.receptionist.tools import ReceptionistTools
+    from diffvoice.agent.tools import ReceptionistTools
 
     tools = ReceptionistTools.for_model(DEFAULT_MODEL_DIR, db_path=tmp_path_factory.mktemp(
         "clarify") / "book.sqlite3")

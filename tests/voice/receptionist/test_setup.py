@@ -32,7 +32,7 @@ def test_modes(tmp_path):
     doc["services"][0].pop("minutes", None)
     (model / "facts.yaml").write_text(yaml.safe_dump(doc))
     # a duration the sheet cannot parse reserves the fact sheet's documented default, 60 minutes
-    # (engine.train.facts Service.minutes)
+    # (agent.facts Service.minutes)
     tools = receptionist_for(config.replace(receptionist_tools="on"), engine, warnings)
     assert tools.book.durations[doc["services"][0]["name"]] == 60
 
@@ -92,9 +92,9 @@ def test_paraphrase_modes(tmp_path):
 
 
 def test_serve_and_eval_model_snap_at_the_same_threshold():
-    from diffvoice.engine.train.paraphrase import DEFAULT_THRESHOLD
+    from diffvoice.agent.paraphrase import DEFAULT_THRESHOLD
 
     assert ServeConfig().paraphrase_threshold == DEFAULT_THRESHOLD
-    from diffvoice.engine.train.paraphrase import INTENT_THRESHOLD
+    from diffvoice.agent.paraphrase import INTENT_THRESHOLD
 
     assert ServeConfig().paraphrase_intent == INTENT_THRESHOLD

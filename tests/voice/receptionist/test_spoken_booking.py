@@ -203,10 +203,10 @@ def test_spoken_booking_leaves_the_row_and_the_same_slot_is_refused(server, two_
 
 # The spoken sentences are free text, and the v2/v3 models misstated times and days in them
 # ("You're booked for a cleaning on Friday at 9 pm." for Friday 10:00; blended offers). Since
-# 2026-12-03 the clarify guard grounds them (engine/train/grounding.py): after a tool result a
+# 2026-12-03 the clarify guard grounds them (agent/grounding.py): after a tool result a
 # reply stating a time or day the call and result do not hold becomes the trained sentence.
 def test_spoken_confirmation_and_offers_state_the_right_times(two_callers):
-    from diffvoice.engine.train.tool_schemas import spoken_time
+    from diffvoice.agent.tool_schemas import spoken_time
 
     a, b, results = two_callers
     assert "friday at 10 am" in _bot(a[-1:]), a  # the day and the time the book holds

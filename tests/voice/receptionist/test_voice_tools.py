@@ -21,9 +21,9 @@ from diffvoice.voice.transport import protocol
 
 @pytest.fixture(scope="module")
 def server(random_engine, tmp_path_factory):
+    from diffvoice.agent.tools import ReceptionistTools
     from diffvoice.voice.asr.resolve import resolve_asr
     from diffvoice.voice.config import ServeConfig
-    from diffvoice.voice.receptionist.tools import ReceptionistTools
     from diffvoice.voice.state import AppState
 
     tmp = tmp_path_factory.mktemp("voice-tools")

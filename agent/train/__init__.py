@@ -1,0 +1,1 @@
+"""The receptionist's training recipe and evaluation (`diffvoice train`, `eval-model`)."""
