@@ -2,8 +2,9 @@
 
     guard = clarify_guard_for(config, warnings)     # ClarifyGuard | None (ServeConfig fields)
     async for delta in guard.wrap(engine.generate(...), abort=lambda: engine.abort(rid)): ...
-The same rule as `eval-model` (agent.clarify.guard), applied to a stream of engine
-`Delta`s by the voice pipeline's DiffusionLLMService and the OpenAI API:
+The AFTER rules of agent.pipeline (the rule itself: agent.clarify), applied to a stream of engine
+`Delta`s by agent.pipeline.serve for the voice pipeline's DiffusionLLMService, the OpenAI API
+and `eval-model`:
   * first block: when the engine's own `Delta.first_block_confidence` (the lowest softmax
     probability of any token it committed in the reply's first block) is below `threshold`,
     the request is aborted at once and the caller gets CLARIFY ("Sorry, was that about our
@@ -65,6 +66,7 @@ class ClarifyRecord:
     first_block_confidence: float | None = None
     grounding: str | None = None         # agent.grounding's `how` for the whole reply
     retried: bool = False                # the careful retry's reply replaced a blend
+    retry_text: str | None = None        # the careful retry's reply, when one was decoded
 
 
 class ClarifyGuard:
@@ -74,7 +76,8 @@ class ClarifyGuard:
                  result_reply: Callable[[str, dict, dict], str | None] | None = None,
                  is_flow_reply: Callable[[str], bool] | None = None,
                  slot_question: Callable[[list[dict]], str | None] | None = None,
-                 next_question: Callable[[list[dict]], str | None] | None = None) -> None:
+                 next_question: Callable[[list[dict]], str | None] | None = None,
+                 retry: bool = True) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"clarify_below must be in [0, 1], got {threshold}")
         if whole_reply and is_well_formed is None:
@@ -87,6 +90,7 @@ class ClarifyGuard:
         self.is_flow_reply = is_flow_reply
         self.slot_question = slot_question
         self.next_question = next_question
+        self.retry = retry  # whether agent.pipeline.serve starts the careful retry
 
     def question_for(self, messages: list[dict] | None) -> str:
         """The replacement for an unsure reply to `messages`: after a tool result, the reply
@@ -121,6 +125,7 @@ class ClarifyGuard:
                     return None  # a call is not a retry of this text reply
                 text, last = text + delta.text, delta
         text = text.strip()
+        record.retry_text = text
         if last is None or not last.finished or last.finish_reason not in ("stop", "length") \
                 or not agrees(raw, text):
             return None

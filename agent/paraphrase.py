@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import random
 import threading
@@ -50,6 +49,7 @@ from diffvoice.agent.data import DataGenerator, normalize
 from diffvoice.agent.facts import load_facts, parse_facts
 from diffvoice.agent.sentence_encoder import ENCODER, Encoder, IntentHead, encoder_dir
 from diffvoice.agent.slot_reading import slot_answer_reader, slot_signature, without_name
+from diffvoice.agent.verify_bank import bank_digest, load_verified
 
 BANK_FILE = "paraphrase_bank.safetensors"
 # cosine similarity at or above which a caller's message is heard as its nearest bank question;
@@ -107,11 +107,7 @@ def bank_entries(gen: DataGenerator, seed: int = 0) -> list[BankEntry]:
     return list(seen.values())
 
 
-def _digest(entries: list[BankEntry]) -> str:
-    h = hashlib.sha256()
-    for e in entries:
-        h.update(f"{e.text}\t{e.swap}\n".encode())
-    return h.hexdigest()[:16]
+_digest = bank_digest  # the bank's identity (agent.verify_bank)
 
 
 _BANKS: dict[str, torch.Tensor] = {}  # digest -> embeddings, per process
@@ -344,8 +340,6 @@ class ParaphraseSnap:
         kw.setdefault("slot_answer", slot_answer_reader(sheet))
         kw.setdefault("service_words", _service_words(sheet))
         if "verified" not in kw:
-            from diffvoice.agent.verify_bank import load_verified
-
             kw["verified"] = load_verified(model_dir, entries)
         snap = cls(entries, embeddings, encoder, **kw)
         if save and (built or not path.is_file()):

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,11 +131,6 @@ class Engine:
         # short, unconstrained prompts are prepared there (see generate)
         self.worker_prepare_max_s = 0.0
         self.last_batch_size = 0
-        # optional messages -> messages hook run (in a worker thread) on every chat request
-        # before it is templated: the receptionist's paraphrase snapping
-        # (agent.paraphrase.ParaphraseSnap.rewrite); an error in it leaves the messages
-        # as they were
-        self.rewrite_messages: Callable[[list[dict]], list[dict]] | None = None
         self._thread = threading.Thread(target=self._loop, name="diffvoice-engine", daemon=True)
         self._thread.start()
 
@@ -182,11 +177,6 @@ class Engine:
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
         rid = request_id or self._new_id()
         seq = None
-        # an over-long prompt is refused as sent (prepare's max_prompt_chars error): a rewrite
-        # (a paraphrase snap) must not turn it into a short, accepted one, nor spend time on it
-        if self.rewrite_messages is not None and not isinstance(messages, str) \
-                and prompt_chars(messages) <= self.config.max_prompt_chars:
-            messages = await asyncio.to_thread(self._rewritten, messages)
         if prompt_chars(messages) > PREPARE_ON_WORKER_CHARS or needs_compile(params) \
                 or chat_template_kwargs:
             # templating + tokenising a long prompt, or compiling a request's schemas, takes
@@ -228,13 +218,6 @@ class Engine:
         budget.start()  # the budget counts this request's own work, not its wait in the pool
         budget.check()  # a caller that left while queued costs nothing
         return self.prepare(messages, params, rid, chat_template_kwargs, budget)
-
-    def _rewritten(self, messages: list[dict]) -> list[dict]:
-        try:
-            return self.rewrite_messages(messages)
-        except Exception as exc:  # a broken front end must not fail the request
-            log.warning("rewrite_messages failed, messages kept as they were: %r", exc)
-            return messages
 
     def _new_id(self) -> str:
         return f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from diffvoice.latency_bench.config import CORPORA, PROTOCOLS, BenchConfig
+from diffvoice.latency_bench.server_proc import server_health
 
 _HELP = {
     "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
@@ -134,27 +135,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="file with a paragraph to store as the report's notes first")
 
 
-def _server_health(url: str) -> dict[str, Any]:
-    """The server's /healthz JSON (model, asr, tts, stop_secs, ...), or {} if it has none."""
-    import json
-    import urllib.parse
-    import urllib.request
-
-    parts = urllib.parse.urlsplit(url)
-    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
-    health = urllib.parse.urlunsplit((scheme, parts.netloc, "/healthz", "", ""))
-    try:
-        with urllib.request.urlopen(health, timeout=10) as response:
-            data = json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    keys = ("model", "asr", "tts", "stop_secs", "output_sample_rate", "warnings",
-            "machine", "versions")  # the last two: the server describes itself (--url mode)
-    return {k: data[k] for k in keys if data.get(k) is not None}
-
-
 def _command_line() -> str | None:
     argv = sys.argv[1:]
     return shlex.join(["diffvoice", *argv]) if argv[:1] == ["bench"] else None
@@ -199,7 +179,7 @@ def _run_voice(args: argparse.Namespace) -> int:
         if config.url is not None:
             url = config.url
             levels = asyncio.run(sweep(url))
-            health = _server_health(url)
+            health = server_health(url)
         else:
             extra, env = config.server_args, {}
             if config.protocol == "twilio":
@@ -213,7 +193,7 @@ def _run_voice(args: argparse.Namespace) -> int:
                 url = (server.ws_url("/ws") if config.protocol == "browser"
                        else server.base_url + "/telephony/twilio/voice")
                 levels = asyncio.run(sweep(url))
-                health = _server_health(url)
+                health = server_health(url)
     except ServerStartError as exc:
         print(f"diffvoice bench voice: {exc}", file=sys.stderr)
         return 1

@@ -278,10 +278,10 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
 
 
 def run(args: argparse.Namespace) -> int:
-    from diffvoice.latency_bench.machine import git_revision, machine_info, package_versions
     from diffvoice.latency_bench.outputs import write_outputs
     from diffvoice.latency_bench.report import SweepPoint, build_report
     from diffvoice.latency_bench.stats import summarize
+    from diffvoice.voice.machine import git_revision, machine_info, package_versions
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))

@@ -28,11 +28,11 @@ from diffvoice.latency_bench.analysis import tail_findings
 from diffvoice.latency_bench.browser_client import run_browser_session
 from diffvoice.latency_bench.config import BenchConfig
 from diffvoice.latency_bench.corpus import Prompt
-from diffvoice.latency_bench.machine import git_revision, machine_info, package_versions
 from diffvoice.latency_bench.report import VOICE_STAGES, SweepPoint, build_report
 from diffvoice.latency_bench.turns import TurnResult
 from diffvoice.latency_bench.twilio_client import run_twilio_session
 from diffvoice.latency_bench.wer import wer
+from diffvoice.voice.machine import git_revision, machine_info, package_versions
 
 
 def turn_stats(turns: Sequence[TurnResult]) -> dict[str, Any]:

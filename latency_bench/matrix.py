@@ -60,11 +60,10 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
                notes: str | None, command: str | None) -> int:
     from tqdm import tqdm
 
-    from diffvoice.latency_bench.cli import _server_health
     from diffvoice.latency_bench.load import make_report, run_sweep, total_turns
     from diffvoice.latency_bench.markdown import sweep_table
     from diffvoice.latency_bench.outputs import write_outputs
-    from diffvoice.latency_bench.server_proc import LocalServer, ServerStartError
+    from diffvoice.latency_bench.server_proc import LocalServer, ServerStartError, server_health
 
     if config.url is not None:
         print("diffvoice bench voice: --matrix starts its own servers; drop --url",
@@ -82,7 +81,7 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
             try:
                 with LocalServer(extra, config.server_start_timeout_s) as server:
                     url = server.ws_url("/ws")
-                    health = _server_health(url)
+                    health = server_health(url)
                     for drafting in draftings:
                         eager = None if drafting is None else drafting == "on"
                         variant_config = dataclasses.replace(config, matrix=None,

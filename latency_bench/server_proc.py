@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 _LAUNCH = "import sys; from diffvoice.engine.cli import main; sys.exit(main())"
 
@@ -109,3 +110,24 @@ class LocalServer:
             self._failed = True
         if not self._failed and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+
+
+def server_health(url: str) -> dict[str, Any]:
+    """The server's /healthz JSON (model, asr, tts, stop_secs, ...), or {} if it has none."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    health = urllib.parse.urlunsplit((scheme, parts.netloc, "/healthz", "", ""))
+    try:
+        with urllib.request.urlopen(health, timeout=10) as response:
+            data = json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    keys = ("model", "asr", "tts", "stop_secs", "output_sample_rate", "warnings",
+            "machine", "versions")  # the last two: the server describes itself (--url mode)
+    return {k: data[k] for k in keys if data.get(k) is not None}

@@ -32,7 +32,7 @@ from typing import Any
 from loguru import logger
 from pipecat.turns.user_stop.eager_match_policy import NormalizedMatch
 
-from diffvoice.voice.llm_service import context_to_messages
+from diffvoice.voice.chat_messages import context_to_messages
 
 _draft_counter = itertools.count(1)
 UNUSABLE = ("shed", "abort", "refused", "error")
@@ -127,8 +127,10 @@ class DraftManager:
         get_context_messages: Callable[[], list[dict]],
         system_prompt: str | None,
         request_prefix: str = "voice",
+        rewrite: Callable[[list[dict]], list[dict]] | None = None,
     ) -> None:
         self._engine = engine
+        self._rewrite = rewrite  # the agent's BEFORE rules (agent.pipeline.Agent.rewrite)
         self._params = params
         self._get_context_messages = get_context_messages
         self._system_prompt = system_prompt
@@ -215,8 +217,11 @@ class DraftManager:
         from diffvoice.engine import EngineOverloaded  # DraftRefused is one
 
         try:
+            asked = draft.messages
+            if self._rewrite is not None:  # as the real answer would be asked (off the loop)
+                asked = await asyncio.to_thread(self._rewrite, draft.messages)
             async for delta in self._engine.generate(
-                draft.messages, self._params, request_id=draft.request_id, draft=True
+                asked, self._params, request_id=draft.request_id, draft=True
             ):
                 draft._push(delta)
                 if delta.finished:

@@ -21,9 +21,13 @@ Contract:
   `last_answer.tool_call` names the call an answer made and `last_answer.after_tool` says an
   answer is a call's re-prompt (the turn tracker counts both as one answer);
 * an overloaded engine (`EngineOverloaded`) gets a short spoken apology and a non-fatal error.
-* clarify guard (`clarify=` a agent.guard.ClarifyGuard): an answer whose first
-  block the engine committed unsure, or (whole-reply mode) that is not well-formed, is replaced
-  by the clarifying question before anything is spoken; `last_clarify` records why.
+* the agent (`agent=` an agent.pipeline.Agent, e.g. `Agent.for_model(model_dir)` for the
+  shipped receptionist; None: the model's replies as they are): every answer goes through
+  agent.pipeline.serve - the agent's BEFORE rules hear the caller's message as the model was
+  trained to be asked, and its AFTER rules replace an answer whose first block the engine
+  committed unsure, or (whole-reply mode) that is not well-formed, by the clarifying question
+  before anything is spoken (`last_clarify` records why). `clarify=` a guard alone is the AFTER
+  rules without the BEFORE rules.
 * eager drafts (`draft_context` given): `self.drafts` is the call's voice.drafting.DraftManager;
   at each LLMContextFrame a draft made for exactly these messages is streamed instead of a new
   engine request; `last_turn` says whether the answer came from a draft, how many drafts the
@@ -60,6 +64,11 @@ from pipecat.services.llm_service import FunctionCallFromLLM, LLMService
 from pipecat.services.settings import LLMSettings
 from pipecat.utils.types import is_given
 
+from diffvoice.agent import pipeline
+from diffvoice.agent.guard import ClarifyRecord
+from diffvoice.agent.pipeline import Agent
+from diffvoice.voice.chat_messages import context_to_messages
+from diffvoice.voice.drafting import DraftManager
 from diffvoice.voice.tts.text import voiceable
 
 BUSY_REPLY = "Sorry, I'm handling too many calls right now. Please try again in a moment."
@@ -69,45 +78,6 @@ BUSY_REPLY = "Sorry, I'm handling too many calls right now. Please try again in 
 EMPTY_REPLY = "Sorry, I didn't catch that. Could you say it again?"
 
 _request_counter = itertools.count(1)
-
-
-def context_to_messages(messages: list[dict[str, Any]], system_prompt: str | None) -> list[dict]:
-    """OpenAI-style context messages -> the engine's chat messages.
-
-    Multi-part contents keep their text parts; "developer" becomes "system"; an assistant
-    message's `tool_calls` (OpenAI shape, arguments as JSON text) and `tool` messages (the
-    results, `tool_call_id` kept) pass through for chat templates that render them; other
-    roles and empty messages are dropped.
-    """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role")
-        if role == "developer":
-            role = "system"
-        if role not in ("system", "user", "assistant", "tool"):
-            continue
-        content = message.get("content")
-        if isinstance(content, list):
-            content = " ".join(
-                part.get("text", "") for part in content if isinstance(part, dict)
-            ).strip()
-        calls = message.get("tool_calls") if role == "assistant" else None
-        if calls:
-            out.append({"role": "assistant", "content": content or "", "tool_calls": [
-                {"id": c.get("id"), "type": "function",
-                 "function": {"name": c["function"]["name"],
-                              "arguments": c["function"].get("arguments") or "{}"}}
-                for c in calls]})
-            continue
-        if not isinstance(content, str) or not content:
-            continue
-        entry = {"role": role, "content": content}
-        if role == "tool":
-            entry["tool_call_id"] = message.get("tool_call_id")
-        out.append(entry)
-    if system_prompt and not (out and out[0]["role"] == "system"):
-        out.insert(0, {"role": "system", "content": system_prompt})
-    return out
 
 
 class AnswerInfo:
@@ -142,6 +112,7 @@ class DiffusionLLMService(LLMService):
         on_request: Callable[[str], None] | None = None,
         tool_calls_per_turn: int = 1,
         draft_context: LLMContext | None = None,
+        agent: Any = None,
         clarify: Any = None,
         **kwargs,
     ) -> None:
@@ -172,16 +143,17 @@ class DiffusionLLMService(LLMService):
         if tool_calls_per_turn < 0:
             raise ValueError(f"tool_calls_per_turn must be >= 0, got {tool_calls_per_turn}")
         self._tool_calls_per_turn = tool_calls_per_turn
-        self._clarify = clarify  # agent.guard.ClarifyGuard or None
-        self.last_clarify = None  # its ClarifyRecord for the latest answer
+        if agent is None and clarify is not None:
+            agent = Agent(guard=clarify)
+        self._agent = agent  # agent.pipeline.Agent or None
+        self.last_clarify = None  # its ClarifyRecord for the latest answer (with a guard)
         self.drafts = None
         self.last_answer = AnswerInfo()
         if draft_context is not None:
-            from diffvoice.voice.drafting import DraftManager
-
             self.drafts = DraftManager(
                 engine, self._params, get_context_messages=draft_context.get_messages,
-                system_prompt=system_prompt, request_prefix=request_prefix)
+                system_prompt=system_prompt, request_prefix=request_prefix,
+                rewrite=agent.rewrite if agent is not None and agent.before else None)
 
     def turn_info(self) -> AnswerInfo:
         """The answer now starting (called by the turn tracker at LLMFullResponseStartFrame)."""
@@ -230,20 +202,10 @@ class DiffusionLLMService(LLMService):
             except Exception as e:  # abort of a finished request is harmless
                 logger.debug(f"{self}: abort({request_id}) -> {e!r}")
 
-    def _careful_retry(self, messages: list[dict], params, request_id: str):
-        """The clarify guard's careful retry of a blended reply (agent.guard):
-        the same request, one token per pass, abortable as the current request; None when the
-        engine cannot decode carefully."""
-        careful = getattr(self._engine, "careful_params", None)
-        if careful is None:
-            return None
-
-        def start():
-            self._current_request_id = f"{request_id}-careful"
-            return self._engine.generate(messages, careful(params),
-                                         request_id=self._current_request_id)
-
-        return start
+    def _started(self, request_id: str) -> None:
+        """serve() started an engine request for this answer (the careful retry's is a second
+        one): it is the one to abort."""
+        self._current_request_id = request_id
 
     def _params_for(self, context: LLMContext):
         """The service's SamplingParams plus the context's tools and tool_choice (if any)."""
@@ -294,20 +256,12 @@ class DiffusionLLMService(LLMService):
                 self._on_request(request_id)
             first = True
             started = time.perf_counter()
-            source = (draft.stream() if draft is not None else
-                      self._engine.generate(messages, params, request_id=request_id))
-            if self._clarify is not None:  # ask instead of speaking an unsure / blended reply
-                from diffvoice.agent.guard import ClarifyRecord
-
-                self.last_clarify = ClarifyRecord()
-                source = self._clarify.wrap(source, abort=self._abort_current,
-                                            record=self.last_clarify,
-                                            first_block=self._clarify.calibrated(
-                                                params, getattr(self._engine, "default_decoding",
-                                                                "reference")),
-                                            messages=messages,
-                                            retry=self._careful_retry(messages, params,
-                                                                      request_id))
+            guarded = self._agent is not None and self._agent.guard is not None
+            self.last_clarify = ClarifyRecord() if guarded else None
+            source = pipeline.serve(  # the agent's rules around the model (agent.pipeline)
+                self._agent, self._engine, messages, params, request_id=request_id,
+                record=self.last_clarify, source=draft.stream() if draft is not None else None,
+                abort=self._abort_current, on_request=self._started)
             async for delta in source:
                 answer.passes = max(answer.passes, getattr(delta, "passes", 0))
                 if first:

@@ -69,6 +69,7 @@ from diffvoice.agent.owner import session_owner
 from diffvoice.voice.eager_drafter import EagerDrafter
 from diffvoice.voice.frame_tap import FrameTap
 from diffvoice.voice.llm_service import DiffusionLLMService
+from diffvoice.voice.receptionist.setup import agent_of
 from diffvoice.voice.speech_vad import SpeechTrackingVAD
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.vad_aligned import WINDOW_SECS, VadAlignedInput
@@ -108,12 +109,6 @@ def caller_audio_stop() -> FunctionFilter:
     """
     return FunctionFilter(_not_caller_audio, filter_system_frames=True, name="caller-audio-stop",
                           enable_direct_mode=True)
-
-
-def _clarify_guard(state):  # ServeConfig.clarify*: agent/guard.py
-    from diffvoice.agent.guard import guard_of
-
-    return guard_of(state) if hasattr(state, "config") else None
 
 
 def build_pipeline(
@@ -170,7 +165,7 @@ def build_pipeline(
         sampling_overrides=state.llm_overrides,
         request_prefix=f"voice-{session_id}",
         draft_context=context if eager_drafts else None,
-        clarify=_clarify_guard(state),
+        agent=agent_of(state),  # the agent's rules (agent.pipeline), ServeConfig's
     )
     if receptionist is not None:  # the appointment book's tools run inside this call,
         # as its caller: bookings belong to the transport's identity (agent.owner;

@@ -40,6 +40,7 @@ from starlette.staticfiles import StaticFiles
 from diffvoice.voice.access import allowed_origins, bearer_token, key_matches
 from diffvoice.voice.api_guard import ApiGuardMiddleware
 from diffvoice.voice.body_limit import BodyLimitMiddleware
+from diffvoice.voice.machine import git_revision, machine_info, package_versions
 from diffvoice.voice.state import AppState
 
 
@@ -214,8 +215,6 @@ _DESCRIPTION: dict = {}
 def _self_description() -> dict:
     """{"machine": {...}, "versions": {...}} of this process, computed once."""
     if not _DESCRIPTION:
-        from diffvoice.latency_bench.machine import git_revision, machine_info, package_versions
-
         _DESCRIPTION.update(machine=machine_info(),
                             versions={**package_versions(), "git": git_revision()})
     return dict(_DESCRIPTION)

@@ -57,6 +57,8 @@ class AppState:
     llm_overrides: dict[str, Any] = field(default_factory=dict)
     active_sessions: set[str] = field(default_factory=set)
     receptionist: Any = None  # agent.tools.ReceptionistTools (appointment book)
+    snap: Any = None  # agent.paraphrase.ParaphraseSnap: the agent's BEFORE rules' (agent_of)
+    agent: Any = None  # agent.pipeline.Agent every answer is served through (agent_of)
     started_at: float = field(default_factory=time.time)
     replica_id: str | None = None  # set by voice.scale when this process is one of N replicas
     client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP
@@ -110,7 +112,7 @@ class AppState:
         ]
         from diffvoice.voice.receptionist.setup import paraphrase_for
 
-        paraphrase_for(config, engine, warnings)  # voice calls and the API alike
+        snap = paraphrase_for(config, warnings)  # voice calls and the API alike (agent_of)
         from diffvoice.voice.receptionist.setup import receptionist_for
 
         # voice calls book with it; the API decodes a request's receptionist tools with its
@@ -126,6 +128,7 @@ class AppState:
             latency_log=LatencyLog(config.latency_log) if config.latency_log else None,
             llm_overrides=dict(llm_overrides or {}),
             receptionist=receptionist,
+            snap=snap,
         )
 
     def sessions_open(self) -> int:

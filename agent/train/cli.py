@@ -21,6 +21,7 @@ from pathlib import Path
 from diffvoice.agent.clarify import DEFAULT_THRESHOLD
 from diffvoice.agent.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
 from diffvoice.agent.paraphrase import INTENT_THRESHOLD
+from diffvoice.agent.train.asking import RULES
 from diffvoice.agent.train.evaluate import (
     DEFAULT_PATHS,
     DEFAULT_SETTINGS,
@@ -181,6 +182,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry", action=argparse.BooleanOptionalAction, default=True,
                         help="decode a reply that is not well-formed once more, one token per "
                              "pass, and keep it when it agrees, as served (agent.clarify)")
+    parser.add_argument("--without", nargs="+", default=[], choices=RULES, metavar="RULE",
+                        help="leave these of the agent's rules out (agent.pipeline; an "
+                             f"ablation): {', '.join(RULES)}")
+    parser.add_argument("--sets", nargs="+", default=[], metavar="SET",
+                        help="only these question sets (names as in the report, e.g. template "
+                             "dialogue independent spoken-kokoro:whisper-tiny.en; default: all)")
     parser.add_argument("--out", type=Path, default=None, help="write the full JSON report here")
 
 
@@ -200,7 +207,8 @@ def run_eval(args: argparse.Namespace) -> int:
                           args.chitchat, args.threads, args.dialogues, args.independent,
                           args.clarify_below, tuple(args.paths), args.episodes,
                           None if args.paraphrase > 1 else args.paraphrase, args.grounding,
-                          args.retry, None if args.intent_snap > 1 else args.intent_snap)
+                          args.retry, None if args.intent_snap > 1 else args.intent_snap,
+                          tuple(args.without), tuple(args.sets))
     except (ValueError, FileNotFoundError) as exc:
         print(f"diffvoice eval-model: error: {exc}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from diffvoice.agent.facts import load_facts
 from diffvoice.agent.paraphrase import INTENT_THRESHOLD
 from diffvoice.agent.templates import SMALL_TALK_INTENTS
 from diffvoice.agent.train import evaluate as ev
+from diffvoice.agent.train.asking import eval_agent
 from diffvoice.agent.train.asr_augment import TRAIN_CACHE, load_cache
 from diffvoice.engine import Engine, EngineConfig
 
@@ -56,12 +57,12 @@ def run(model: str | Path | None = None, limit: int | None = None, threads: int 
     examples = dev_examples(gen)[:limit]
     engine = Engine.from_pretrained(model, EngineConfig(max_running=1,
                                                         max_queued=max(1, len(examples))))
-    engine.rewrite_messages = ParaphraseSnap.for_model(model, save=False,
-                                                       intent_threshold=intent_snap).rewrite
+    snap = ParaphraseSnap.for_model(model, save=False, intent_threshold=intent_snap)
+    agent = eval_agent(gen, snap, ev.DEFAULT_THRESHOLD)  # as served
     try:
         engine.warmup()
         params = ev.path_params("tools", ev.parse_setting(ev.DEFAULT_SETTINGS[0], 64), gen.facts)
-        replies = asyncio.run(ev._run(engine, gen, examples, params, 1, ev.DEFAULT_THRESHOLD))
+        replies = asyncio.run(ev._run(engine, gen, examples, params, 1, agent))
     finally:
         engine.close()
     by_asr: dict[str, list] = {}

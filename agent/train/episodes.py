@@ -15,7 +15,7 @@ service does with one call per caller turn). An episode SUCCEEDS when the model'
 book_appointment call has the right service, day, time and name; it is CONFIRMED when the reply
 after the result is the exact spoken confirmation (Dialogues.book_result_reply). A reply the
 caller cannot place (not a call, not a slot question) ends the episode as failed. Each text
-reply is what the server would say (agent.clarify.served: grounding, then the clarify
+reply is what the server would say (agent.pipeline.serve: grounding, then the clarify
 guard; after a tool result an unsure or malformed reply becomes the trained result reply, else
 the clarifying question, which the caller cannot place). Knows nothing about the engine's
 internals: it calls `engine.generate(messages, params)`.
@@ -27,7 +27,6 @@ import dataclasses
 import json
 import random
 
-from diffvoice.agent.clarify import DEFAULT_THRESHOLD, served
 from diffvoice.agent.dialogues import (
     ANSWER_DAY,
     ANSWER_NAME,
@@ -35,7 +34,8 @@ from diffvoice.agent.dialogues import (
     ANSWER_TIME,
     say_time,
 )
-from diffvoice.agent.tool_schemas import result_text, slot_times
+from diffvoice.agent.tool_schemas import parse_tool_call, result_text, slot_times
+from diffvoice.agent.train.asking import ask
 
 MAX_TURNS = 6
 
@@ -71,11 +71,7 @@ def _result(d, name: str, args: dict) -> dict:
     return {"cancelled": False}
 
 
-async def _episode(engine, gen, params, rng: random.Random, grounding: bool = True,
-                   clarify_below: float = DEFAULT_THRESHOLD, calibrated: bool = True,
-                   retry: bool = True) -> dict:
-    from diffvoice.agent.train.evaluate import careful_retry, decode
-
+async def _episode(engine, gen, params, agent, rng: random.Random) -> dict:
     d = gen.dialogues
     day = rng.choice(d.open_days)
     want = {"service": rng.choice(list(d.services)), "day": day,
@@ -89,19 +85,13 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
         turn_params = params
         if params.tools and messages[-1]["role"] == "tool":  # as the voice service: one call
             turn_params = dataclasses.replace(params, tool_choice="none")  # per caller turn
-        text, call, last = await decode(engine, messages, turn_params)
+        asked = await ask(agent, engine, messages, turn_params)
+        text, call = asked.text, asked.call
         if call is None:
-            from diffvoice.agent.tool_schemas import parse_tool_call
-
             parsed = parse_tool_call(text)
             call = parsed and {"name": parsed[0], "arguments": json.dumps(parsed[1])}
-        if call is None:  # what the caller hears: grounding and the clarify guard, as served
-            conf = getattr(last, "first_block_confidence", None)
-            second = await careful_retry(engine, gen, messages, text, turn_params, retry)
-            text = served(text, conf if calibrated or params.tools else None,
-                          messages, gen.is_well_formed, d.is_flow_reply, d.result_reply,
-                          clarify_below, grounding, d.slot_question, d.next_question,
-                          second).final
+        if call is None:  # what the caller hears: the agent's rules, as served (serve())
+            text = asked.final
         out["turns"].append(call or text.strip())
         if booked is not None:  # the reply after the booking result: the confirmation
             out["confirmed"] = text.strip() == d.book_result_reply(booked, {"booked": True})
@@ -127,13 +117,11 @@ async def _episode(engine, gen, params, rng: random.Random, grounding: bool = Tr
     return out
 
 
-async def run_episodes(engine, gen, params, n: int = 60, seed: int = 7,
-                       grounding: bool = True, clarify_below: float = DEFAULT_THRESHOLD,
-                       calibrated: bool = True, retry: bool = True) -> dict:
+async def run_episodes(engine, gen, params, agent, n: int = 60, seed: int = 7) -> dict:
     # one generator per episode: a change in one call's replies leaves the others' callers as
     # they were, so two runs compare call for call
-    eps = [await _episode(engine, gen, params, random.Random(seed * 1000 + i), grounding,
-                          clarify_below, calibrated, retry) for i in range(n)]
+    eps = [await _episode(engine, gen, params, agent, random.Random(seed * 1000 + i))
+           for i in range(n)]
     return {"n": n, "success_rate": sum(e["success"] for e in eps) / max(1, n),
             "confirmed_rate": sum(e["confirmed"] for e in eps) / max(1, n),
             "mean_model_turns": sum(len(e["turns"]) for e in eps) / max(1, n),

@@ -21,10 +21,10 @@ Scoring of one reply:
                reply not well-formed is decoded once more one token per pass and kept when it
                agrees: agent.clarify, as the server does); `well_formed_first`: the first
                decode alone
-  clarified    agent.clarify.guard replaced the reply by the clarifying question (first
+  clarified    the agent's AFTER rules (agent.pipeline.serve) replaced the reply (first
                block confidence below `clarify_below`, or not well-formed); a clarified reply
-               counts as NOT correct in every accuracy. As at run time (voice/receptionist/
-               clarify.py) the first-block test applies only to "fast"-decoded requests (every
+               counts as NOT correct in every accuracy. As at run time (the same serve(),
+               agent.guard) the first-block test applies only to "fast"-decoded requests (every
                tools request is): the threshold was chosen on their confidences; after a tool
                result the server says the trained result reply instead of the question, and the
                eval scores that reply
@@ -57,14 +57,16 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from diffvoice.agent.clarify import CLARIFY, DEFAULT_THRESHOLD, served
+from diffvoice.agent.clarify import CLARIFY, DEFAULT_THRESHOLD
 from diffvoice.agent.data import DataGenerator, Example, normalize
 from diffvoice.agent.facts import load_facts
 from diffvoice.agent.paraphrase import DEFAULT_THRESHOLD as PARAPHRASE_THRESHOLD
-from diffvoice.agent.paraphrase import INTENT_THRESHOLD
+from diffvoice.agent.paraphrase import INTENT_THRESHOLD, ParaphraseSnap
+from diffvoice.agent.pipeline import Agent
 from diffvoice.agent.tool_schemas import parse_tool_call, tool_call_text
+from diffvoice.agent.train.asking import ask, eval_agent
+from diffvoice.agent.train.episodes import run_episodes
 from diffvoice.agent.train.eval_progress import EvalProgress
 from diffvoice.agent.train.hearing import hearing
 from diffvoice.agent.train.independent import load_independent
@@ -149,7 +151,7 @@ class Reply:
     grounding: str | None = None  # agent.grounding: substituted / replaced / ungrounded
     well_formed_first: bool = True  # `text` (the first decode) is well-formed
     retry_text: str | None = None   # the careful retry of a reply that was not well-formed
-    retried: bool = False           # ... and it replaced `text` (agent.clarify.served)
+    retried: bool = False           # ... and it replaced `text` (agent.guard)
 
     @property
     def mended(self) -> bool:
@@ -174,52 +176,20 @@ def score(example: Example, text: str) -> tuple[bool, bool]:
     return all(normalize(f) in norm for f in example.facts), exact
 
 
-async def decode(engine: Engine, messages: list[dict], params: SamplingParams
-                 ) -> tuple[str, dict | None, Any]:
-    """(text, tool call or None, last Delta) of one request, drained."""
-    text, last, call = "", None, None
-    async for delta in engine.generate(messages, params):
-        text += delta.text
-        last = delta
-        call = getattr(delta, "tool_call", None) or call
-    return text.strip(), call, last
-
-
-async def careful_retry(engine: Engine, gen: DataGenerator, messages: list[dict], text: str,
-                        params: SamplingParams, retry: bool) -> tuple[str, float | None] | None:
-    """The clarify guard's careful retry (agent.clarify) of a text reply that is not
-    well-formed, as the server decodes it; None when there is nothing to retry or it is off.
-    A retry that comes out a tool call is not a retry of this text: None."""
-    if not retry or not text or gen.is_well_formed(text):
-        return None
-    second, call, last = await decode(engine, messages, engine.careful_params(params))
-    if call is not None:
-        return None
-    return second, getattr(last, "first_block_confidence", None)
-
-
 async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: SamplingParams,
-               clarify_below: float, grounding: bool = True, retry: bool = True) -> Reply:
+               agent: Agent) -> Reply:
+    """One question as served (agent.train.asking.ask: the agent's rules through serve()),
+    scored on what the caller hears and on what the model said."""
     t0 = time.perf_counter()
-    text, call, last = await decode(engine, example.messages(), params)
+    asked = await ask(agent, engine, example.messages(), params)
     total = time.perf_counter() - t0
+    text, call, last, record = asked.text, asked.call, asked.last, asked.record
+    final = asked.final
     if call is not None:  # a constrained call: scored (and checked) as its wire text
         text = tool_call_text(call["name"], json.loads(call["arguments"]), list(params.tools))
-    second = None if call is not None else await careful_retry(
-        engine, gen, example.messages(), text, params, retry)
+        final = text if not record.clarified else final
+    clarified, retried = record.clarified, record.retried
     conf = last.first_block_confidence
-    # the first-block test only where the threshold is calibrated, exactly as at run time
-    # (agent.guard.ClarifyGuard.calibrated: "fast" decoding or tools; no
-    # decoding named = the model's own default)
-    calibrated = (params.decoding or engine.default_decoding) == "fast" or bool(params.tools)
-    # what the server does with the whole reply (agent.guard.ClarifyGuard):
-    # grounding, then the clarify test; an unsure reply after a tool result becomes the trained
-    # result reply, any other the clarifying question
-    final, clarified, how, retried = served(text, conf if calibrated else None, example.messages(),
-                                   gen.is_well_formed, gen.dialogues.is_flow_reply,
-                                   gen.dialogues.result_reply, clarify_below, grounding,
-                                   gen.dialogues.slot_question, gen.dialogues.next_question,
-                                   second)
     correct_raw, exact = score(example, text)
     correct = score(example, final)[0] if (not clarified or final != CLARIFY) else False
     first_ok = gen.is_well_formed(text)
@@ -227,17 +197,16 @@ async def _ask(engine: Engine, gen: DataGenerator, example: Example, params: Sam
                  example.template, example.answer, text, final, correct, correct_raw,
                  first_ok or retried, clarified, example.call is not None,
                  last.finish_reason == "stop", exact, last.completion_tokens, len(text.split()),
-                 conf, last.first_block_latency_s, total, how, first_ok,
-                 None if second is None else second[0], retried)
+                 conf, last.first_block_latency_s, total, record.grounding, first_ok,
+                 record.retry_text, retried)
 
 
-async def _run(engine, gen, examples, params, concurrency, clarify_below,
-               grounding: bool = True, retry: bool = True) -> list[Reply]:
+async def _run(engine, gen, examples, params, concurrency, agent: Agent) -> list[Reply]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(ex: Example) -> Reply:
         async with gate:
-            return await _ask(engine, gen, ex, params, clarify_below, grounding, retry)
+            return await _ask(engine, gen, ex, params, agent)
 
     return list(await asyncio.gather(*(one(ex) for ex in examples)))
 
@@ -314,12 +283,15 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
              clarify_below: float = DEFAULT_THRESHOLD,
              paths: tuple[str, ...] = DEFAULT_PATHS, episodes: int = 60,
              paraphrase: float | None = PARAPHRASE_THRESHOLD, grounding: bool = True,
-             retry: bool = True, intent_snap: float | None = INTENT_THRESHOLD) -> dict:
+             retry: bool = True, intent_snap: float | None = INTENT_THRESHOLD,
+             without: tuple[str, ...] = (), only_sets: tuple[str, ...] = ()) -> dict:
     """Run every setting over every question set; returns a JSON-able report. `paraphrase`:
     the snapping threshold as served (agent.paraphrase), None = the model alone;
     `grounding`: mend restated values as served (agent.grounding); `retry`: the
     clarify guard's careful retry of a blended reply, as served (agent.clarify);
-    `intent_snap`: the paraphrase snap's intent-head threshold as served, None = off."""
+    `intent_snap`: the paraphrase snap's intent-head threshold as served, None = off;
+    `without`: the agent's rules left out (agent.train.asking.eval_agent: an ablation);
+    `only_sets`: these question sets only (names as in the report; () = all)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -334,6 +306,11 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
             use_chitchat = False
     gen = DataGenerator(load_facts(facts_path), use_chitchat=use_chitchat)
     sets = question_sets(gen, seed, per_template, dialogues, independent)
+    if only_sets:
+        missing = set(only_sets) - set(sets)
+        if missing:
+            raise ValueError(f"unknown question set(s) {sorted(missing)}; known: {list(sets)}")
+        sets = {k: v for k, v in sets.items() if k in only_sets}
     if limit is not None:
         for name, examples in sets.items():
             if limit < len(examples):
@@ -348,16 +325,15 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
             if any(name.startswith("spoken") for name in sets) else {})
     engine = Engine.from_pretrained(model, EngineConfig(max_running=max(1, concurrency),
                                                         max_queued=n_max))
-    if paraphrase is not None:
-        from diffvoice.agent.paraphrase import ParaphraseSnap
+    snap = None if paraphrase is None else ParaphraseSnap.for_model(
+        model, facts_path, save=False, threshold=paraphrase, intent_threshold=intent_snap)
+    agent = eval_agent(gen, snap, clarify_below, grounding, retry, without)  # as served
 
-        engine.rewrite_messages = ParaphraseSnap.for_model(
-            model, facts_path, save=False, threshold=paraphrase,
-            intent_threshold=intent_snap).rewrite
     report: dict = {"model": str(model), "facts": str(facts_path), "concurrency": concurrency,
                     "threads": threads, "clarify_below": clarify_below, "paraphrase": paraphrase,
                     "intent_snap": intent_snap if paraphrase is not None else None,
-                    "grounding": grounding, "retry": retry, "paths": list(paths),
+                    "grounding": grounding, "retry": retry, "without": list(without),
+                    "paths": list(paths),
                     "n_questions": {k: len(v) for k, v in sets.items()}, "settings": {},
                     "episodes": {}}
     progress = EvalProgress(len(all_params) * len(paths) * sum(len(v) for v in sets.values()),
@@ -370,7 +346,7 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                 t0 = time.perf_counter()
                 replies = asyncio.run(_run(engine, gen, examples,
                                            path_params(path, params, gen.facts), concurrency,
-                                           clarify_below, grounding, retry))
+                                           agent))
                 name = name if path == "free" else f"{name}+{path}"
                 progress.done(f"{spec} {name}", len(examples), replies)
                 res[name] = {
@@ -391,15 +367,11 @@ def evaluate(model: str | Path, facts: str | Path | None = None,
                                                           for k in sets])}
             report["settings"][spec] = res
             if episodes:  # closed-loop booking calls (agent/train/episodes.py)
-                from diffvoice.agent.train.episodes import run_episodes
-
                 report["episodes"][spec] = {}
                 for path in paths:
                     report["episodes"][spec][path] = asyncio.run(run_episodes(
-                        engine, gen, path_params(path, params, gen.facts), n=episodes,
-                        seed=seed + 2, grounding=grounding, clarify_below=clarify_below,
-                        retry=retry,
-                        calibrated=(params.decoding or engine.default_decoding) == "fast"))
+                        engine, gen, path_params(path, params, gen.facts), agent, n=episodes,
+                        seed=seed + 2))
                     progress.done(f"{spec} closed-loop calls+{path}", 0, None, episodes)
     finally:
         engine.close()

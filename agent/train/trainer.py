@@ -260,7 +260,7 @@ def _paraphrase_bank(out: Path) -> str | None:
 def _verify_snaps(out: Path, threads: int) -> str | None:
     """Record which training questions the trained model answers as trained (~2 min on this
     project's CPU for the default fact sheet); None without a paraphrase bank."""
-    from diffvoice.agent.verify_bank import VERIFIED_FILE, verify
+    from diffvoice.agent.train.verify_bank import VERIFIED_FILE, verify
 
     verify(out, threads=threads)
     return str(out / VERIFIED_FILE)

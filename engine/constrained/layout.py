@@ -39,7 +39,6 @@ MAX_CHOICES = 2000
 DEFAULT_STRING_TOKENS = 24   # token bound of a free string without maxLength
 MAX_STRING_TOKENS = 64
 MAX_STRING_CHARS = 4096      # a maxLength above this bounds nothing a slot can hold
-INT_TOKENS = 8
 ALL_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(24) for m in range(60))
 # a pattern is taken as a set of "HH:MM" times when it rejects all of these
 _NOT_TIMES = ("", "a", "9:00", "24:00", "12:60", "1200", "12:00:00", "x12:00", "12:00x", "ab:cd")

@@ -30,6 +30,8 @@ _INT_FIRST = re.compile(r"^-?(0|[1-9]\d*)$")  # JSON: no leading zeros
 _DIGITS = re.compile(r"^\d+$")
 
 
+INT_TOKENS = 8  # token bound of an integer slot (re-exported by engine.constrained.layout)
+
 class Vocab:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -169,8 +171,6 @@ class Free:
     def __init__(self, vocab: Vocab, kind: str, terminator: int, path: str, *,
                  min_chars: int = 1, max_chars: int | None = None, max_tokens: int = 8,
                  lo=None, hi=None):
-        from diffvoice.engine.constrained.layout import INT_TOKENS
-
         self.vocab, self.type, self.terminator, self.path = vocab, kind, terminator, path
         self.min_chars, self.max_chars = min_chars, max_chars
         self.lo, self.hi = lo, hi

@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from diffvoice.engine import DEFAULT_MODEL_DIR
     from diffvoice.latency_bench.corpus import CorpusError, default_corpus
-    from diffvoice.latency_bench.machine import machine_info
     from diffvoice.latency_bench.reliability.run import run_parts, write
+    from diffvoice.voice.machine import machine_info
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)

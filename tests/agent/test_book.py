@@ -10,24 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import yaml
+from book_facts import facts_file  # noqa: E402
 
 from diffvoice.agent.book import AppointmentBook, duration_minutes  # noqa: E402
-from diffvoice.agent.facts import DEFAULT_FACTS_PATH, load_facts  # noqa: E402
+from diffvoice.agent.facts import load_facts  # noqa: E402
 from diffvoice.agent.tools import ReceptionistTools  # noqa: E402
-
-
-def facts_file(tmp_path: Path) -> Path:
-    """The default fact sheet, every duration in minutes (the book needs them)."""
-    doc = yaml.safe_load(DEFAULT_FACTS_PATH.read_text())
-    for service in doc["services"]:
-        try:
-            duration_minutes(service["duration"], service["name"])
-        except ValueError:
-            service["duration"] = "1 hour"
-    path = tmp_path / "facts.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 @pytest.fixture

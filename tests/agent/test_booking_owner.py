@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from test_book import facts_file  # noqa: E402
+from book_facts import facts_file  # noqa: E402
 
 from diffvoice.agent.book import AppointmentBook
 from diffvoice.agent.facts import load_facts

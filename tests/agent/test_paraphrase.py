@@ -4,7 +4,6 @@ else, the stored bank is used only when it matches, and the engine applies the h
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 
 import pytest
@@ -176,50 +175,6 @@ def test_stored_bank_is_used_only_when_it_matches(tmp_path, monkeypatch):
     assert _stored(model / BANK_FILE, "another digest") is None
     (model / BANK_FILE).write_bytes(b"damaged")
     assert _stored(model / BANK_FILE, digest) is None
-
-
-def test_engine_applies_the_hook_in_a_worker_thread_and_survives_its_errors(tmp_path):
-    import threading
-
-    from diffvoice.engine import Engine, EngineConfig, SamplingParams
-    from diffvoice.engine.testing import make_random_checkpoint
-
-    engine = Engine.from_pretrained(make_random_checkpoint(tmp_path / "m", family="sdar"),
-                                    EngineConfig(max_running=2))
-    seen = []
-
-    def rewrite(messages):
-        seen.append((threading.current_thread() is threading.main_thread(), messages))
-        return [{"role": "user", "content": "a much longer question " * 4}]
-
-    async def prompt_tokens(messages):
-        last = None
-        async for d in engine.generate(messages, SamplingParams(max_new_tokens=8)):
-            last = d
-        return last.prompt_tokens
-
-    try:
-        plain = asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}]))
-        engine.rewrite_messages = rewrite
-        assert asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}])) > plain + 10
-        assert seen == [(False, [{"role": "user", "content": "hi"}])]
-
-        def broken(messages):
-            raise RuntimeError("encoder gone")
-
-        engine.rewrite_messages = broken
-        assert asyncio.run(prompt_tokens([{"role": "user", "content": "hi"}])) == plain
-
-        # an over-long prompt is refused as sent: the hook never sees it (a snap would turn it
-        # into a short training question and the request would be accepted)
-        seen.clear()
-        engine.rewrite_messages = rewrite
-        too_long = [{"role": "user", "content": "x" * (engine.config.max_prompt_chars + 1)}]
-        with pytest.raises(ValueError, match="max_prompt_chars"):
-            asyncio.run(prompt_tokens(too_long))
-        assert seen == []
-    finally:
-        engine.close()
 
 
 def test_intent_head_learns_separable_intents_and_gives_probabilities():

@@ -10,12 +10,8 @@ import shutil
 
 from diffvoice.agent.data import normalize
 from diffvoice.agent.paraphrase import ParaphraseSnap, _entries_for
-from diffvoice.agent.verify_bank import (
-    VERIFIED_FILE,
-    load_verified,
-    targets,
-    verify,
-)
+from diffvoice.agent.train.verify_bank import verify
+from diffvoice.agent.verify_bank import VERIFIED_FILE, load_verified, targets
 from diffvoice.engine.assets import default_model_dir
 
 MODEL = default_model_dir()
@@ -29,7 +25,7 @@ def test_the_shipped_record_matches_the_shipped_weights_and_bank():
     entries = _entries()
     verified = load_verified(MODEL, entries)
     assert verified is not None, f"{VERIFIED_FILE} is stale: python -m " \
-        "diffvoice.agent.verify_bank"
+        "diffvoice.agent.train.verify_bank"
     record = json.loads((MODEL / VERIFIED_FILE).read_text())
     assert len(verified) == record["n_answered"] == record["n"] - len(record["missed"])
     assert verified <= set(targets(entries)) and len(verified) > 0.9 * len(targets(entries))

@@ -73,7 +73,7 @@ def test_server_health_keeps_the_servers_own_description():
     import json
     import threading
 
-    from diffvoice.latency_bench.cli import _server_health
+    from diffvoice.latency_bench.server_proc import server_health
 
     body = json.dumps({"status": "ok", "model": "m", "machine": {"cpus": 64},
                        "versions": {"torch": "9.9"}, "secret": "x"}).encode()
@@ -91,7 +91,7 @@ def test_server_health_keeps_the_servers_own_description():
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        health = _server_health(f"ws://127.0.0.1:{httpd.server_port}/ws")
+        health = server_health(f"ws://127.0.0.1:{httpd.server_port}/ws")
     finally:
         httpd.shutdown()
         thread.join(10)

@@ -27,6 +27,16 @@ from fastapi.responses import JSONResponse, Response
 
 from diffvoice.engine import EngineOverloaded
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.openai_api.common import (
+    _check_auth,
+    _default_params,
+    _engine_errors,
+    _finish_reason,
+    _SlotReleasingStream,
+    _sse,
+    _unless_disconnected,
+    _usage,
+)
 from diffvoice.voice.openai_api.completion_request import (
     CompletionRequest,
     parse_completion_request,
@@ -39,42 +49,39 @@ log = logging.getLogger(__name__)
 
 def add_completions_route(router: APIRouter, state: Any, *,
                           model_ids: Callable[[], tuple[str, ...]], metrics: ApiMetrics) -> None:
-    # the router module is fully imported by the time make_router calls this
-    from diffvoice.voice.openai_api import router as r
-
     engine = state.engine
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        r._check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
+        _check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
         try:  # huge ints, deep nesting and lone surrogates are client mistakes too: 400
             body = loads_untrusted(await request.body())
         except JSONInputError as exc:
             raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
                               code="invalid_json") from exc
         req = parse_completion_request(body, model_ids=model_ids(),
-                                       defaults=r._default_params(state))
+                                       defaults=_default_params(state))
         request_id = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         deltas = engine.generate(req.prompt, req.params, request_id=request_id)
         if req.stream:
             return await _stream(request, req, deltas, request_id, created)
         try:
-            text, last = await r._unless_disconnected(request, _collect(deltas))
+            text, last = await _unless_disconnected(request, _collect(deltas))
         except (EngineOverloaded, ValueError) as exc:
             engine.abort(request_id)
-            raise r._engine_errors(exc) from exc
+            raise _engine_errors(exc) from exc
         except BaseException:
             engine.abort(request_id)  # client gone, cancelled or engine failure: free the slot
             raise
-        finish_reason = r._finish_reason(last)
+        finish_reason = _finish_reason(last)
         metrics.observe_finished(req.model, last)
         return JSONResponse({
             "id": request_id, "object": "text_completion", "created": created,
             "model": req.model,
             "choices": [{"text": (req.prompt if req.echo else "") + text, "index": 0,
                          "logprobs": None, "finish_reason": finish_reason}],
-            "usage": r._usage(last),
+            "usage": _usage(last),
         })
 
     async def _collect(deltas: AsyncIterator[Any]) -> tuple[str, Any]:
@@ -88,10 +95,10 @@ def add_completions_route(router: APIRouter, state: Any, *,
                       request_id: str, created: int) -> Response:
         # first block before the headers, so overload / bad prompt still get a status code
         try:
-            first = await r._unless_disconnected(request, anext(deltas))
+            first = await _unless_disconnected(request, anext(deltas))
         except (EngineOverloaded, ValueError) as exc:
             engine.abort(request_id)
-            raise r._engine_errors(exc) from exc
+            raise _engine_errors(exc) from exc
         except BaseException:
             engine.abort(request_id)
             raise
@@ -103,7 +110,7 @@ def add_completions_route(router: APIRouter, state: Any, *,
                                     "finish_reason": finish_reason}]}
             if req.include_usage:
                 payload["usage"] = None
-            return r._sse(payload)
+            return _sse(payload)
 
         finished = first.finished
 
@@ -120,22 +127,22 @@ def add_completions_route(router: APIRouter, state: Any, *,
                         break
                     delta = await anext(deltas)
                     finished = delta.finished
-                yield chunk("", r._finish_reason(delta))
+                yield chunk("", _finish_reason(delta))
                 metrics.observe_finished(req.model, delta)
                 if req.include_usage:
-                    yield r._sse({"id": request_id, "object": "text_completion",
+                    yield _sse({"id": request_id, "object": "text_completion",
                                   "created": created, "model": req.model, "choices": [],
-                                  "usage": r._usage(delta)})
+                                  "usage": _usage(delta)})
             except OpenAIError as exc:
-                yield r._sse(exc.body())
+                yield _sse(exc.body())
             except (EngineOverloaded, ValueError, RuntimeError) as exc:
                 log.exception("engine failed mid-stream for %s", request_id)
-                yield r._sse(OpenAIError(500, f"Engine error: {exc}", type="server_error",
+                yield _sse(OpenAIError(500, f"Engine error: {exc}", type="server_error",
                                          code="engine_error").body())
-            yield r._sse("[DONE]")
+            yield _sse("[DONE]")
 
         def release() -> None:  # however the response ended, never leave the slot held
             if not finished:
                 engine.abort(request_id)
 
-        return r._SlotReleasingStream(events(), on_close=release)
+        return _SlotReleasingStream(events(), on_close=release)

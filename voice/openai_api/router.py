@@ -29,179 +29,44 @@ Knows nothing about the voice pipeline; request parsing lives in `request.py`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import hmac
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.routing import APIRoute
-from starlette.types import Receive, Scope, Send
+from fastapi.responses import JSONResponse, Response
 
-from diffvoice.engine import EngineOverloaded, SamplingParams
+from diffvoice.agent import pipeline
+from diffvoice.agent.guard import ClarifyRecord
+from diffvoice.agent.pipeline import Agent
+from diffvoice.engine import EngineOverloaded
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
-from diffvoice.voice.openai_api.metrics import ApiMetrics, api_metrics_for
+from diffvoice.voice.openai_api.common import (
+    _check_auth,
+    _default_params,
+    _engine_errors,
+    _finish_reason,
+    _OpenAIRoute,
+    _SlotReleasingStream,
+    _sse,
+    _tool_call,
+    _tool_call_deltas,
+    _unless_disconnected,
+    _usage,
+)
+from diffvoice.voice.openai_api.completions import add_completions_route
+from diffvoice.voice.openai_api.metrics import api_metrics_for
 from diffvoice.voice.openai_api.request import (
     ChatRequest,
     OpenAIError,
-    api_field_names,
     parse_chat_request,
 )
+from diffvoice.voice.receptionist.setup import agent_of
 
 log = logging.getLogger(__name__)
-
-OVERLOAD_RETRY_AFTER_S = 1
-
-
-class _OpenAIRoute(APIRoute):
-    """Turns OpenAIError (raised by handlers) into OpenAI-shaped JSON error responses, and
-    counts every response on `metrics` (set per router by make_router)."""
-
-    metrics: ApiMetrics | None = None
-
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
-        handler = super().get_route_handler()
-        metrics = self.metrics
-
-        async def handle(request: Request) -> Response:
-            try:
-                response = await handler(request)
-            except OpenAIError as exc:
-                headers = ({"Retry-After": str(OVERLOAD_RETRY_AFTER_S)} if exc.status == 503
-                           else {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
-                response = JSONResponse(exc.body(), status_code=exc.status, headers=headers)
-                if metrics is not None:
-                    metrics.observe_error(exc.code)
-            except Exception:
-                if metrics is not None:
-                    metrics.observe_status(self.path, request.method, 500)
-                raise
-            if metrics is not None:
-                metrics.observe_status(self.path, request.method, response.status_code)
-            return response
-
-        return handle
-
-
-class _SlotReleasingStream(StreamingResponse):
-    """A StreamingResponse that runs `on_close` (synchronously) however the response ends,
-    including cancellation when the client disconnects mid-stream."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None],
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-                                  **(headers or {})})
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-
-
-def _default_params(state: Any) -> SamplingParams:
-    """The engine's defaults with the server's configured answer length and steps on top."""
-    engine_config = getattr(state.engine, "config", None)
-    base = getattr(engine_config, "default_params", None) or SamplingParams()
-    overrides = {}
-    for name in ("max_new_tokens", "steps_per_block"):
-        value = getattr(state.config, name, None)
-        if value is not None:
-            overrides[name] = value
-    return dataclasses.replace(base, **overrides)
-
-
-def _check_auth(request: Request, api_keys: tuple[str, ...]) -> None:
-    if not api_keys:
-        return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise OpenAIError(401, "Missing bearer token: send 'Authorization: Bearer <API key>'.",
-                          code="missing_api_key")
-    # compare against every key (no early exit) so timing does not reveal which one matched
-    matched = [hmac.compare_digest(token.encode(), key.encode()) for key in api_keys]
-    if not any(matched):
-        raise OpenAIError(401, "Incorrect API key provided.", code="invalid_api_key")
-
-
-async def _wait_for_disconnect(request: Request) -> None:
-    """Returns once the client has gone (the body has already been read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
-    """Await `work` in a task; cancel it (aborting its engine request) if the client leaves."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise OpenAIError(499, "Client closed the request.", code="client_closed")
-        return task.result()
-    finally:
-        watcher.cancel()
-        task.cancel()
-
-
-def _engine_errors(exc: Exception) -> OpenAIError:
-    if isinstance(exc, EngineOverloaded):
-        return OpenAIError(503, f"The engine is overloaded ({exc}); retry shortly.",
-                           type="server_error", code="engine_overloaded")
-    message = api_field_names(str(exc))
-    head = message.split(":", 1)[0].split("[", 1)[0].split(".", 1)[0].split(" ", 1)[0]
-    param = head if head in ("tools", "tool_choice", "response_format") else None
-    return OpenAIError(400, message, param=param, code="invalid_value")
-
-
-def _usage(delta: Any) -> dict[str, int]:
-    return {"prompt_tokens": delta.prompt_tokens, "completion_tokens": delta.completion_tokens,
-            "total_tokens": delta.prompt_tokens + delta.completion_tokens}
-
-
-def _finish_reason(delta: Any) -> str:
-    if delta.finish_reason == "abort":
-        raise OpenAIError(503, "The engine aborted this request.", type="server_error",
-                          code="engine_aborted")
-    return delta.finish_reason or "stop"
-
-
-def _tool_call(call: dict[str, str]) -> dict[str, Any]:
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": call["name"], "arguments": call["arguments"]}}
-
-
-ARGUMENT_CHUNK_CHARS = 24
-
-
-def _tool_call_deltas(call: dict[str, str]) -> list[dict[str, Any]]:
-    """OpenAI's streamed shape: index, id, type and name (arguments ""), then argument pieces."""
-    full = _tool_call(call)
-    parts = [{"index": 0, "id": full["id"], "type": "function",
-              "function": {"name": call["name"], "arguments": ""}}]
-    args = call["arguments"]
-    for i in range(0, len(args), ARGUMENT_CHUNK_CHARS):
-        parts.append({"index": 0, "function": {"arguments": args[i:i + ARGUMENT_CHUNK_CHARS]}})
-    return parts
-
-
-def _sse(payload: dict[str, Any] | str) -> str:
-    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    return f"data: {data}\n\n"
-
 
 def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
     """'system=1,history=2' when the model's chat template leaves messages out (logged), else ''.
@@ -218,29 +83,20 @@ def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
     return text
 
 
-def _clarify_record(state: Any, chat: ChatRequest):
-    """(guard, record) when the clarify guard applies to this chat request, else None: spoken
-    answers only (no response_format), and not for `ignore_eos` requests, which ask for exactly
-    max_tokens raw tokens (benchmarks at equal answer length: such a reply is cut, not blended)."""
-    if chat.params.response_format is not None or not hasattr(state, "config"):
-        return None
-    if chat.params.ignore_eos:
-        return None
-    from diffvoice.agent.guard import ClarifyRecord, guard_of
-
-    guard = guard_of(state)
-    return None if guard is None else (guard, ClarifyRecord())
-
-
-def _careful_retry(engine: Any, chat: ChatRequest, request_id: str):
-    """The clarify guard's careful retry of a blended reply: the same request decoded one
-    token per pass (Engine.careful_params); None for an engine that cannot."""
-    careful = getattr(engine, "careful_params", None)
-    if careful is None:
-        return None
-    return lambda: engine.generate(list(chat.messages), careful(chat.params),
-                                   request_id=f"{request_id}-careful",
-                                   chat_template_kwargs=chat.chat_template_kwargs)
+def _agent_for(state: Any, chat: ChatRequest) -> tuple[Any, ClarifyRecord | None]:
+    """(the server's agent as it applies to this chat request, the record of its AFTER rules
+    or None): its BEFORE rules for every chat request, its AFTER rules (the clarify guard) for
+    spoken answers only (no response_format), and not for `ignore_eos` requests, which ask for
+    exactly max_tokens raw tokens (benchmarks at equal answer length: such a reply is cut, not
+    blended)."""
+    if not hasattr(state, "config"):
+        return None, None
+    agent = agent_of(state)
+    if agent.guard is None:
+        return agent, None
+    if chat.params.response_format is not None or chat.params.ignore_eos:
+        return Agent(before=agent.before), None
+    return agent, ClarifyRecord()
 
 
 SERVED_TOOLS_HEADER = "x-diffvoice-tools"
@@ -302,17 +158,10 @@ def make_router(state: Any) -> APIRouter:
         chat, served_tools = _served_tools(state, chat)
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        deltas = engine.generate(list(chat.messages), chat.params, request_id=request_id,
-                                 chat_template_kwargs=chat.chat_template_kwargs)
-        clarify = _clarify_record(state, chat)
-        if clarify is not None:  # ServeConfig.clarify: ask instead of an unsure/blended reply
-            deltas = clarify[0].wrap(deltas, abort=lambda: engine.abort(request_id),
-                                     record=clarify[1],
-                                     first_block=clarify[0].calibrated(
-                                         chat.params,
-                                         getattr(engine, "default_decoding", "reference")),
-                                     messages=list(chat.messages),
-                                     retry=_careful_retry(engine, chat, request_id))
+        agent, record = _agent_for(state, chat)
+        deltas = pipeline.serve(  # the agent's rules around the model (agent.pipeline)
+            agent, engine, list(chat.messages), chat.params, request_id=request_id,
+            record=record, chat_template_kwargs=chat.chat_template_kwargs)
         dropped = _dropped_context(engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created,
@@ -330,11 +179,11 @@ def make_router(state: Any) -> APIRouter:
         headers = {"x-diffvoice-dropped": dropped} if dropped else {}
         if served_tools:
             headers[SERVED_TOOLS_HEADER] = "served"
-        if clarify is not None and clarify[1].clarified:
-            headers["x-diffvoice-clarified"] = clarify[1].reason
-        if clarify is not None and clarify[1].grounding:
-            headers["x-diffvoice-grounded"] = clarify[1].grounding
-        if clarify is not None and clarify[1].retried:
+        if record is not None and record.clarified:
+            headers["x-diffvoice-clarified"] = record.reason
+        if record is not None and record.grounding:
+            headers["x-diffvoice-grounded"] = record.grounding
+        if record is not None and record.retried:
             headers["x-diffvoice-retried"] = "careful"
         message = {"role": "assistant", "content": text, "refusal": None}
         if getattr(last, "tool_call", None) is not None:
@@ -413,8 +262,6 @@ def make_router(state: Any) -> APIRouter:
                 engine.abort(request_id)
 
         return _SlotReleasingStream(events(), on_close=release, headers=headers)
-
-    from diffvoice.voice.openai_api.completions import add_completions_route
 
     add_completions_route(router, state, model_ids=model_ids, metrics=api_metrics)
     return router

@@ -9,10 +9,14 @@ database then becomes a start-up warning instead of an error. The database is
 start-up; who may cancel what is
 `config.booking_owner_rule` (agent.owner).
 
-`paraphrase_for(config, engine, warnings)` sets `engine.rewrite_messages` to the model's
-paraphrase snapping (agent.paraphrase) per `config.paraphrase`: "off" -> nothing; "on" ->
-the snap, or a ValueError naming the problem; "auto" -> the snap when the model directory has a
-facts.yaml (a broken fact sheet or a missing encoder package then becomes a start-up warning).
+`paraphrase_for(config, warnings)` is the model's paraphrase snapping (agent.paraphrase) per
+`config.paraphrase`: "off" -> None; "on" -> the snap, or a ValueError naming the problem;
+"auto" -> the snap when the model directory has a facts.yaml (a broken fact sheet or a missing
+encoder package then becomes a start-up warning).
+
+`agent_of(state)` is the server's agent (agent.pipeline.Agent: the snap's BEFORE rules, the
+clarify guard's AFTER rules per ServeConfig.clarify*), built once per server: every voice call
+and every API request answers through it (agent.pipeline.serve).
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from loguru import logger
+
+from diffvoice.agent.guard import guard_of
+from diffvoice.agent.pipeline import Agent
 
 OPEN = "<tool_call>"
 
@@ -54,9 +61,9 @@ def receptionist_for(config, engine, warnings: list[str]):
     return tools
 
 
-def paraphrase_for(config, engine, warnings: list[str]):
+def paraphrase_for(config, warnings: list[str]):
     mode = getattr(config, "paraphrase", "off")
-    if mode == "off" or engine is None:
+    if mode == "off":
         return None
     facts = Path(config.model) / "facts.yaml"
     if mode == "auto" and not facts.is_file():
@@ -76,8 +83,17 @@ def paraphrase_for(config, engine, warnings: list[str]):
         warnings.append(f"paraphrase snapping disabled: {exc}")
         logger.warning(f"paraphrase snapping disabled: {exc}")
         return None
-    engine.rewrite_messages = snap.rewrite
     logger.info(f"paraphrase snapping: {len(snap.entries)} training questions, "
                 f"threshold {snap.threshold}, intent threshold {snap.intent_threshold}, "
                 f"{'no' if snap.verified is None else len(snap.verified)} verified questions")
     return snap
+
+
+def agent_of(state) -> Agent:
+    """The server's agent, built once and kept on `state` (see the module docstring)."""
+    agent = getattr(state, "agent", None)
+    if agent is None:
+        guard = guard_of(state) if hasattr(state, "config") else None
+        agent = Agent.of(getattr(state, "snap", None), guard)
+        state.agent = agent
+    return agent

@@ -4,8 +4,8 @@
     run_ray(config) -> int            # `diffvoice serve --ray`: start/join Ray, run, block
 
 Each replica (`VoiceReplica`) is one full diffvoice process: it loads and warms its own engine,
-ASR and TTS (`voice.cli_serve.load_state`) and serves exactly the app of `diffvoice serve`
-(`voice.cli_serve.build_app`: /ws, Twilio, /v1, /healthz, /metrics, the page) through Serve's
+ASR and TTS (`voice.app.load_state`) and serves exactly the app of `diffvoice serve`
+(`voice.app.build_app`: /ws, Twilio, /v1, /healthz, /metrics, the page) through Serve's
 ASGI ingress, plus `GET /metrics/cluster` (every live replica's series, see voice.scale.metrics).
 
 Placement and admission:
@@ -47,7 +47,7 @@ class VoiceReplica:
         import torch
         from ray import serve
 
-        from diffvoice.voice.cli_serve import load_state
+        from diffvoice.voice.app import load_state
         from diffvoice.voice.scale.metrics import ReplicaMetrics, hub_actor
 
         self.config = ServeConfig(**config)
@@ -69,7 +69,7 @@ class VoiceReplica:
     def __serve_build_asgi_app__(self):
         from fastapi.responses import Response
 
-        from diffvoice.voice.cli_serve import build_app
+        from diffvoice.voice.app import build_app
         from diffvoice.voice.scale.metrics import CONTENT_TYPE_LATEST, merge_expositions
 
         app = build_app(self.state)

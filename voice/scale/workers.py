@@ -226,9 +226,9 @@ def _worker_main(config_fields: dict, k: int, listen: socket.socket, private: so
                  peers: list[int], admission: SharedAdmission, ready, secret: bytes,
                  parent: int) -> None:
     _die_with_parent(parent)
-    from diffvoice.voice.cli_serve import _configure_logging
+    from diffvoice.voice.app import configure_logging
 
-    _configure_logging(config_fields.pop("_log_level", "INFO"))
+    configure_logging(config_fields.pop("_log_level", "INFO"))
     from loguru import logger
 
     from diffvoice.voice.config import ServeConfig
@@ -250,7 +250,7 @@ def serve_worker(config, k: int, listen: socket.socket, private: socket.socket,
 
     from diffvoice.voice import malloc_tune
     from diffvoice.voice.access import SessionTokens
-    from diffvoice.voice.cli_serve import StartupError, build_app, load_state
+    from diffvoice.voice.app import StartupError, build_app, load_state
     from diffvoice.voice.scale.metrics import ReplicaMetrics
     from diffvoice.voice.telephony.admission import claim_retention_s, phone_call_limit
 

@@ -9,7 +9,7 @@ import random
 import pytest
 import yaml
 
-from diffvoice.agent.clarify import CLARIFY, agrees, guard, served
+from diffvoice.agent.clarify import agrees
 from diffvoice.agent.data import DataGenerator, normalize
 from diffvoice.agent.dialogues import (
     ANSWER_NAME,
@@ -218,16 +218,6 @@ def test_every_recogniser_heard_the_same_spoken_questions(gen):
         Recognisers(("whisper-large",))
 
 
-def test_guard_asks_instead_of_blending(gen):
-    good = "A cleaning is 95 dollars."
-    assert guard(good, 0.9, gen.is_well_formed) == (good, False)
-    assert guard(good, 0.05, gen.is_well_formed) == (CLARIFY, True)
-    assert guard("We take walk, fillings we can", 0.9, gen.is_well_formed) == (CLARIFY, True)
-    assert guard(good, None, gen.is_well_formed, threshold=0.5) == (good, False)
-    with pytest.raises(ValueError):
-        guard(good, 0.5, gen.is_well_formed, threshold=2.0)
-
-
 def test_agreement_of_a_careful_retry():
     assert agrees("A crown is 900 dolla dollars.", "A crown is 900 dollars.")
     assert agrees("You're booked for a filling on Thursday at 102..",
@@ -237,25 +227,6 @@ def test_agreement_of_a_careful_retry():
                       "dot com.")
     assert not agrees("", "A crown is 900 dollars.") and not agrees("A crown", "")
     assert agrees("a b c d", "a b x y", min_ratio=0.5) and not agrees("a b c d", "a x y z")
-
-
-def test_served_says_an_agreeing_careful_retry(gen):
-    """agent.clarify.served with `retry`: a blend is replaced by its careful retry when
-    the retry is well-formed, agrees and is confident; else the clarifying question."""
-    d = gen.dialogues
-    msgs = [{"role": "user", "content": "how much is a cleaning"}]
-
-    def serve(text, retry):
-        return served(text, 0.9, msgs, gen.is_well_formed, d.is_flow_reply, d.result_reply,
-                      retry=retry)
-
-    good, blend = "A cleaning is 95 dollars.", "A cleaning is 95 dolla dollars."
-    assert serve(blend, (good, 0.9)) == (good, False, None, True)
-    assert serve(blend, None) == (CLARIFY, True, None, False)
-    assert serve(blend, ("We're closed on Sundays.", 0.9)).final == CLARIFY  # disagrees
-    assert serve(blend, (good, 0.1)) == (CLARIFY, True, None, False)  # unsure retry
-    assert serve(blend, (blend, 0.9)).final == CLARIFY  # blended again
-    assert serve(good, ("A crown is 900 dollars.", 0.9)) == (good, False, None, False)
 
 
 def test_careful_params_decode_one_token_per_pass(tmp_path):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from test_book import facts_file  # noqa: E402
+from book_facts import facts_file  # noqa: E402
 
 from diffvoice.engine.testing import make_random_checkpoint  # noqa: E402
 from diffvoice.engine.tokenizer import ChatTokenizer  # noqa: E402
@@ -59,24 +59,25 @@ def test_config_rejects_unknown_mode():
 
 def test_paraphrase_modes(tmp_path):
     """paraphrase_for: off -> nothing; auto without a fact sheet -> nothing, silently; on without
-    one -> an error naming it; with the shipped receptionist -> the engine's rewrite hook."""
+    one -> an error naming it; with the shipped receptionist -> the snap the server's agent hears
+    callers through (agent_of)."""
     from diffvoice.engine.assets import default_model_dir
-    from diffvoice.voice.receptionist.setup import paraphrase_for
+    from diffvoice.voice.receptionist.setup import agent_of, paraphrase_for
 
     model = make_random_checkpoint(tmp_path / "m", family="sdar")
-    engine = SimpleNamespace(rewrite_messages=None)
     config = ServeConfig(model=str(model))
     warnings: list[str] = []
-    assert paraphrase_for(config.replace(paraphrase="off"), engine, warnings) is None
-    assert paraphrase_for(config, engine, warnings) is None and not warnings
+    assert paraphrase_for(config.replace(paraphrase="off"), warnings) is None
+    assert paraphrase_for(config, warnings) is None and not warnings
     with pytest.raises(ValueError, match="paraphrase"):
-        paraphrase_for(config.replace(paraphrase="on"), engine, warnings)
-    assert engine.rewrite_messages is None
+        paraphrase_for(config.replace(paraphrase="on"), warnings)
     # a threshold that is not the default (0.7)
     shipped = ServeConfig(model=str(default_model_dir()), paraphrase_threshold=0.6)
-    snap = paraphrase_for(shipped, engine, warnings)
-    assert snap.threshold == 0.6 and engine.rewrite_messages == snap.rewrite and not warnings
-    asked = engine.rewrite_messages([{"role": "user", "content": "whereabouts are you"}])
+    snap = paraphrase_for(shipped, warnings)
+    assert snap.threshold == 0.6 and not warnings
+    agent = agent_of(SimpleNamespace(config=shipped.replace(clarify="off"), snap=snap,
+                                     agent=None))
+    asked = agent.rewrite([{"role": "user", "content": "whereabouts are you"}])
     assert asked[-1]["content"] == "where are you located"  # similarity 0.69
     with pytest.raises(ValueError, match="paraphrase"):
         ServeConfig(paraphrase="maybe")
@@ -85,7 +86,7 @@ def test_paraphrase_modes(tmp_path):
     # intent snapping: on at the default, its threshold from the config, off above 1
     assert snap.intent_threshold == ServeConfig().paraphrase_intent
     assert snap.verified is not None  # the shipped record of questions answered as trained
-    off = paraphrase_for(shipped.replace(paraphrase_intent=1.01), engine, warnings)
+    off = paraphrase_for(shipped.replace(paraphrase_intent=1.01), warnings)
     assert off.intent_threshold is None and not warnings
     with pytest.raises(ValueError, match="paraphrase_intent"):
         ServeConfig(paraphrase_intent=-0.1)

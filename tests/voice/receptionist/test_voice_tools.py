@@ -12,7 +12,7 @@ import sqlite3
 import time
 
 import pytest
-from test_book import facts_file  # noqa: E402
+from book_facts import facts_file  # noqa: E402
 from voice_client import connect, send_pcm
 from voice_fixtures import RANDOM_LLM, TINY_WHISPER, LiveServer, scaled
 

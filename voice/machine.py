@@ -1,4 +1,5 @@
-"""Where a benchmark ran: machine, accelerator and package versions, for the report's config.
+"""Where this runs: machine, accelerator and package versions (a benchmark report's config, the
+server's self-description).
 
 Contract: `machine_info()` and `package_versions()` return small JSON-ready dicts, read from
 /proc, `platform`, `nvidia-smi -L` (if present) and installed package metadata. They never import
