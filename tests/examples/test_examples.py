@@ -1,6 +1,7 @@
 """examples/ run as a user runs them: each script in its own process, text in, text out.
 
-pipecat_diffusion_llm.py runs the engine in-process; pipecat_openai_llm.py (pipecat's
+pipecat_diffusion_llm.py runs the engine in-process, pipecat_receptionist.py with the agent's
+rules and the appointment book's tools; pipecat_openai_llm.py (pipecat's
 OpenAILLMService with the knobs in extra_body), openai_client.py and openai_tools_booking.py (a
 booking with the served receptionist tools) talk to one real
 `diffvoice serve --api-only` on 127.0.0.1, whose /metrics shows that their requests arrived.
@@ -50,6 +51,18 @@ def server():
 def test_pipecat_app_with_the_in_process_diffusion_service():
     answer = _run("pipecat_diffusion_llm.py", "When are you open on Saturday?").strip()
     assert answer and any(c.isalpha() for c in answer), answer
+
+
+def test_a_pipecat_app_with_the_agent_books_an_appointment(tmp_path):
+    """examples/pipecat_receptionist.py: DiffusionLLMService with agent=, the book's tools as
+    pipecat function calls; the caller's turns are text (its STT's place); the booking is in the
+    SQLite book afterwards."""
+    book = tmp_path / "book.sqlite3"
+    lines = _run("pipecat_receptionist.py", "can I book a cleaning on friday at 10 am",
+                 "--name", "sam jones", "--book", str(book)).strip().splitlines()
+    assert lines[0] == "caller: can I book a cleaning on friday at 10 am"
+    assert lines[-1] == "booked: ('cleanings', 'friday', '10:00', 'sam jones')", lines
+    assert any(line.startswith("agent: You're booked") for line in lines), lines
 
 
 def test_the_same_app_through_pipecats_openai_service(server):
