@@ -1,7 +1,7 @@
 """Paraphrase snapping: hear a caller's question as the nearest question the model was trained on.
 
     snap = ParaphraseSnap.for_model(model_dir)          # None when the model has no fact sheet
-    engine.rewrite_messages = snap.rewrite              # every request on that engine
+    Agent.of(snap, guard)                               # its rules (agent.pipeline) use it
     snap.snap("whereabouts are you")  # -> Snap(text="where are you located", similarity=0.83, ...)
 
 The receptionist is a 3.5M-parameter model trained only on its fact sheet's templates, so words
@@ -28,8 +28,8 @@ still applies.
 The bank's embeddings are stored next to the model (`paraphrase_bank.safetensors`, float16,
 built by `diffvoice train` and by `ParaphraseSnap.for_model` when missing or stale: the file
 records a hash of the bank's texts). Encoding one caller message costs ~5 ms on this project's
-2-core CPU; the engine runs it in a worker thread, never on the event loop or the engine's own
-thread. See docs/receptionist.md... (the model card's "Paraphrase snapping" section).
+2-core CPU; agent.pipeline.serve runs it in a worker thread, never on the event loop or the
+engine's own thread. See docs/receptionist.md... (the model card's "Paraphrase snapping" section).
 """
 
 from __future__ import annotations
