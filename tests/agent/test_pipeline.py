@@ -233,3 +233,23 @@ def test_the_pipeline_order_is_the_documented_one():
     names = [cls.__name__ for cls in BEFORE]
     assert [doc.index(f"{i}. {n}") for i, n in enumerate(names, 1)] == sorted(
         doc.index(f"{i}. {n}") for i, n in enumerate(names, 1))
+
+
+def test_eval_leaves_out_the_rules_it_is_told_to():
+    """`diffvoice eval-model --without RULE` (the ablation): each name switches one rule off."""
+    from diffvoice.agent.data import DataGenerator
+    from diffvoice.agent.facts import DEFAULT_FACTS_PATH, load_facts
+    from diffvoice.agent.train.asking import RULES, eval_agent
+
+    gen = DataGenerator(load_facts(DEFAULT_FACTS_PATH))
+    assert set(RULES) == {r.name for r in BEFORE} | set(pipeline.AFTER)
+    every = eval_agent(gen, None, 0.5)
+    assert every.guard.threshold == 0.5 and every.guard.whole_reply and every.guard.retry
+    assert every.guard.is_flow_reply is not None
+    assert eval_agent(gen, None, 0.5, without=("first_block",)).guard.threshold == 0.0
+    assert not eval_agent(gen, None, 0.5, without=("well_formed",)).guard.whole_reply
+    assert eval_agent(gen, None, 0.5, without=("grounding",)).guard.is_flow_reply is None
+    assert not eval_agent(gen, None, 0.5, without=("careful_retry",)).guard.retry
+    assert eval_agent(gen, None, 0.5, without=("replacement",)).guard is None
+    with pytest.raises(ValueError, match="unknown rule"):
+        eval_agent(gen, None, 0.5, without=("paraphrase",))
