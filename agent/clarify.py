@@ -32,8 +32,10 @@ import difflib
 import re
 from collections.abc import Callable
 
+from diffvoice.agent.thresholds import CLARIFY_BELOW
+
 CLARIFY = "Sorry, was that about our hours, our prices, or an appointment?"
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = CLARIFY_BELOW  # agent.thresholds
 RETRY_AGREEMENT = 0.5
 _WORD = re.compile(r"[a-z0-9]+")
 

@@ -49,19 +49,13 @@ from diffvoice.agent.data import DataGenerator, normalize
 from diffvoice.agent.facts import load_facts, parse_facts
 from diffvoice.agent.sentence_encoder import ENCODER, Encoder, IntentHead, encoder_dir
 from diffvoice.agent.slot_reading import slot_answer_reader, slot_signature, without_name
+from diffvoice.agent.thresholds import INTENT_PROBABILITY, PARAPHRASE_SIMILARITY
 from diffvoice.agent.verify_bank import bank_digest, load_verified
 
 BANK_FILE = "paraphrase_bank.safetensors"
-# cosine similarity at or above which a caller's message is heard as its nearest bank question;
-# chosen on the template held-out and dialogue sets (0.5-0.8 tried; the model card), not on the
-# independent set
-DEFAULT_THRESHOLD = 0.7
+DEFAULT_THRESHOLD = PARAPHRASE_SIMILARITY  # agent.thresholds
 _OPENERS = 40000  # dialogue turns sampled for the bank's never-swapped booking openers
-# intent snapping: the intent head's probability at or above which a caller's message is heard as
-# the most similar training question of that intent stating the same service and day; chosen on
-# the template held-out set (intent right on 97.5% of its questions at or above 0.5, 95% of them
-# covered), not on the independent set
-INTENT_THRESHOLD = 0.5
+INTENT_THRESHOLD = INTENT_PROBABILITY  # agent.thresholds
 _PER_SERVICE = ("price", "duration")  # intents whose answer needs a service
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from diffvoice.agent.owner import OWNER_RULES
+from diffvoice.agent.thresholds import CLARIFY_BELOW, INTENT_PROBABILITY, PARAPHRASE_SIMILARITY
 from diffvoice.engine.assets import default_model_dir, web_dir
 from diffvoice.voice.session_limits import SessionLimits, _help, _split_csv
 from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
@@ -191,7 +192,7 @@ class ServeConfig(SessionLimits):
                        "model dir has facts.yaml: the receptionist), on, off"),
     )
     clarify_below: float = field(
-        default=0.5,
+        default=CLARIFY_BELOW,
         metadata=_help("clarify when the reply's first block was committed with a lowest "
                        "token probability below this (0 = only for replies not well-formed)"),
     )
@@ -209,12 +210,12 @@ class ServeConfig(SessionLimits):
                        "facts.yaml: the receptionist), on, off"),
     )
     paraphrase_threshold: float = field(
-        default=0.7,
+        default=PARAPHRASE_SIMILARITY,
         metadata=_help("cosine similarity at or above which paraphrase snapping swaps the "
                        "message for its nearest fact / small-talk training question"),
     )
     paraphrase_intent: float = field(
-        default=0.5,
+        default=INTENT_PROBABILITY,
         metadata=_help("intent snapping (with paraphrase snapping): the intent head's "
                        "probability at or above which a message is heard as a training question "
                        "of its intent with the same service and day, and a later turn naming no "

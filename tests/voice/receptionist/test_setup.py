@@ -90,12 +90,3 @@ def test_paraphrase_modes(tmp_path):
     assert off.intent_threshold is None and not warnings
     with pytest.raises(ValueError, match="paraphrase_intent"):
         ServeConfig(paraphrase_intent=-0.1)
-
-
-def test_serve_and_eval_model_snap_at_the_same_threshold():
-    from diffvoice.agent.paraphrase import DEFAULT_THRESHOLD
-
-    assert ServeConfig().paraphrase_threshold == DEFAULT_THRESHOLD
-    from diffvoice.agent.paraphrase import INTENT_THRESHOLD
-
-    assert ServeConfig().paraphrase_intent == INTENT_THRESHOLD
