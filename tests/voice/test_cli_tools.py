@@ -28,3 +28,11 @@ def test_prints_the_served_tools(capsys):
 def test_a_model_without_a_fact_sheet_is_a_clear_error(tmp_path, capsys):
     assert main(["tools", "--model", str(tmp_path)]) == 2
     assert "facts.yaml" in capsys.readouterr().err
+
+
+def test_the_served_schemas_are_still_where_they_were_documented():
+    from diffvoice.agent import tools
+    from diffvoice.voice.receptionist import tools as former
+
+    assert former.served_tool_schemas is tools.served_tool_schemas
+    assert former.ReceptionistTools is tools.ReceptionistTools
