@@ -1,25 +1,28 @@
-"""The device-side geometry of one denoising pass, built once per shape and re-anchored in place.
+"""The device-side geometry of one denoising pass, built once and reused.
 
 A pass needs ~30 small tensors derived from host-known per-row numbers (positions, which keys are
 valid, where K/V is stored, the attention mask, rotary tables, which window slots are in the
-decode block...). Most of them depend only on the rows' geometry *relative to their windows*
-(how many tokens are fed, where the decode block, the prompt end and the generation end fall in
-the window, which keys are cached) and per-request constants - the same for every block of a
-decode - so `PlanCache.get` keys its plans by that *shape* (`shape_key`, with the cached length
-rounded up to a power of two, `cache_bucket`), not by absolute positions. When a shape comes
-back with new absolute positions (the next block), the plan is *bound* to them in place: the
-positions, the K/V write and gather positions, the rotary rows and the cached part of the
-attention mask are recomputed into the plan's own tensors from one upload of each row's
-(slot, window end, cached length); the window masks, key validity, policy vectors and the new
-keys' part of the mask stay. In steady-state decoding no plan is built: each pass finds its
-shape (a fused commit pass and a decode pass per block) and at most re-binds it.
+decode block...). They stay the same for every pass inside a block, so `PlanCache.get` builds
+them once and returns the cached `PassPlan` afterwards.
+
+One row: most of them depend only on the row's geometry *relative to its window* (how many
+tokens are fed, where the decode block, the prompt end and the generation end fall in the
+window, whether keys are cached) and per-request constants - the same for every block of a
+decode - so its plan is keyed by that *shape* (`shape_key`), not by absolute positions. When a
+shape comes back at new positions (the next block), the plan is *bound* to them: views of
+tables made once (positions, rotary rows, the K/V pools) are re-sliced, and only the write
+positions and, on a pass whose queries span two blocks, the mask are computed. In steady-state
+decoding no one-row plan is built.
+
+Several rows: the plan is keyed by the rows' absolute geometry, built once per block and reused
+for its passes. (Keying batches by shape too, with the cached length rounded up to a power of
+two, was tried and reverted: attention over the padded length changed floating-point sums, so
+answers under concurrent load could change; docs/perf.md.)
 
     key = row_key(seq)                      # host ints / floats of one row (engine.rowbatch)
     plan = cache.get(keys)                  # PassPlan: tensors on the runner's device
 Knows nothing about scheduling; the math of every tensor is the runner's (engine.runner).
 
-At batch 1 a bind re-slices views of tables made once (positions, rotary rows, the K/V pools)
-and computes only the write positions and, on a pass whose queries span two blocks, the mask.
 Batch-1 passes on the torch attention backend take the *pool* layout: the new tokens' K/V are
 written into the slot's pool at their positions and attention reads the pool [0, q_end) as one
 view (no gather, no concatenation of cached and new keys). Positions past the cache length are
@@ -95,18 +98,14 @@ class PassPlan:
     # commit or re-predict); the forward computes only those rows' logits (None: all W)
     logit_rows: tuple[int, int] | None = None
     anchors: tuple | None = None  # the absolute (slot, q_end, visible) per row it is bound to
-    binding: Binding | None = None  # batch > 1: what a bind recomputes in place
+    binding: Binding | None = None  # batch 1: what a bind keeps
 
 
 @dataclass
 class Binding:
-    """What a bind needs that does not move with the anchors (batch 1: `store` only)."""
+    """What a batch-1 bind needs that does not move with the anchors."""
 
-    store: torch.Tensor | None = None  # [B, L] fed tokens whose K/V this pass stores
-    rel: torch.Tensor | None = None  # [L] fed index - L (raw = q_end + rel)
-    raw: torch.Tensor | None = None  # [B, L] absolute position of each fed token (< 0: padding)
-    valid: torch.Tensor | None = None  # [B, L] fed tokens that are the row's own (gathered)
-    in_window: torch.Tensor | None = None  # [B, W] window slots written back
+    store: torch.Tensor | None = None  # [1, L] fed tokens whose K/V this pass stores
 
 
 def cache_bucket(cached: int, max_seq_len: int) -> int:
@@ -164,7 +163,6 @@ class PlanCache:
         self.max_entries, self.max_mask_elements = max_entries, max_mask_elements
         self.plans: OrderedDict[tuple, PassPlan] = OrderedDict()
         self.arange = torch.arange(max_seq_len + 1, device=device)
-        self.trash = torch.tensor(max_seq_len, device=device)  # the pools' trash column T
         self.torch_attention = uses_mask(device)
         self.built = 0  # plans made (a new shape)
         self.bound = 0  # plans re-anchored (a known shape at new positions)
@@ -181,31 +179,42 @@ class PlanCache:
             self.sin = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
 
     def get(self, keys: tuple[RowKey, ...]) -> PassPlan:
-        """The plan of this pass: the cached plan of its shape, bound to the rows' positions
-        (built when the shape is new)."""
-        shape, anchors = shape_key(keys, self.shift, self.block)
+        """The plan of this pass. One row: the cached plan of its shape, re-anchored to the
+        row's positions (built when the shape is new). Several rows: the cached plan of exactly
+        this geometry (built when new; see the module docstring)."""
         if len(keys) > 1:
-            shape = (shape, cache_bucket(max(a[2] for a in anchors), self.T))
+            return self._get_batch(keys)
+        shape, anchors = shape_key(keys, self.shift, self.block)
         plan = self.plans.get(shape)
         if plan is not None:
             self.plans.move_to_end(shape)
             if plan.anchors != anchors:
-                if len(keys) == 1:
-                    self._anchor_one(plan, keys[0])
-                else:
-                    self._bind(plan, anchors)
+                self._anchor_one(plan, keys[0])
                 plan.anchors = anchors
                 self.bound += 1
             return plan
-        plan = self._build_one(keys[0]) if len(keys) == 1 else self._build(keys, shape[1])
+        plan = self._build_one(keys[0])
         plan.anchors = anchors
         self.built += 1
+        self._keep(shape, plan)
+        return plan
+
+    def _get_batch(self, keys: tuple[RowKey, ...]) -> PassPlan:
+        plan = self.plans.get(keys)
+        if plan is not None:
+            self.plans.move_to_end(keys)
+            return plan
+        plan = self._build(keys, max(k.ints[INT["visible"]] for k in keys))
+        self.built += 1
+        self._keep(keys, plan)
+        return plan
+
+    def _keep(self, key, plan: PassPlan) -> None:
         mask = plan.attn.mask if plan.attn is not None else None
         if mask is None or mask.numel() <= self.max_mask_elements:
-            self.plans[shape] = plan
+            self.plans[key] = plan
             if len(self.plans) > self.max_entries:
                 self.plans.popitem(last=False)
-        return plan
 
     def _build(self, keys: tuple[RowKey, ...], tc: int) -> PassPlan:
         dev, shift, T = self.device, self.shift, self.T
@@ -269,24 +278,7 @@ class PlanCache:
             not_final=not_final, window_write=None, window_idx=window_idx, names=names,
             policy_ids=policy_ids, threshold=floats[:, 0], entropy_bound=floats[:, 1],
             full_vocab=full_vocab, full_vocab_all=all(h("full_vocab")),
-            binding=Binding(store, rel, raw, valid, in_window))
-
-    def _bind(self, plan: PassPlan, anchors: tuple) -> None:
-        """Re-anchor a batch > 1 plan of the same shape in place: every tensor that holds an
-        absolute position, from one upload of the rows' (slot, q_end, visible)."""
-        b, T = plan.binding, self.trash
-        a = torch.tensor(anchors, dtype=torch.long, device=self.device)
-        plan.slots.copy_(a[:, 0])
-        plan.visible.copy_(a[:, 2])
-        torch.add(a[:, 1:2], b.rel, out=b.raw)
-        torch.clamp(b.raw, min=0, out=plan.positions)
-        torch.where(b.valid, b.raw, T, out=plan.gather_pos)
-        if b.store is not None:
-            torch.where(b.store, b.raw, T, out=plan.write_pos)
-        torch.where(b.in_window, plan.wpos, T, out=plan.window_idx)
-        plan.window_start = [end - plan.W for _, end, _ in anchors]
-        if plan.attn is not None:
-            self._bind_attn(plan)
+            binding=Binding(store))
 
     def _attn(self, positions, key_valid, visible, tc: int) -> AttnPlan | None:
         """A batch > 1 plan's AttnPlan; None on the Triton backend (the kernel takes the
@@ -304,17 +296,6 @@ class PlanCache:
         new_vis |= torch.eye(L, dtype=torch.bool, device=self.device)[None] & blind[:, :, None]
         mask = self._float_mask(allowed[:, None])
         return AttnPlan(cos, sin, mask)
-
-    def _bind_attn(self, plan: PassPlan) -> None:
-        """The rotary rows at the new positions and the cached keys' part of the mask (key t
-        visible iff t < the row's cached length), in place."""
-        attn = plan.attn
-        flat = plan.positions.view(-1)
-        torch.index_select(self.cos, 0, flat, out=attn.cos.view(flat.shape[0], -1))
-        torch.index_select(self.sin, 0, flat, out=attn.sin.view(flat.shape[0], -1))
-        tc = plan.cache_len_max
-        hidden = (self.arange[:tc][None] >= plan.visible[:, None])[:, None]  # [B, 1, tc]
-        attn.mask[:, 0, :, :tc].zero_().masked_fill_(hidden, float("-inf"))
 
     def _float_mask(self, allowed: torch.Tensor) -> torch.Tensor:
         return torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill_(
