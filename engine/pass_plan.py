@@ -124,9 +124,9 @@ def _clamp(v: int, hi: int) -> int:
 
 
 def shape_key(keys: tuple[RowKey, ...], shift: int, block: int) -> tuple[tuple, tuple]:
-    """(shape, anchors): what a plan's reusable tensors depend on - each row's geometry relative
-    to its window, its flags and policy constants (plus the cache bucket, added by the caller)
-    - and the absolute numbers a bind moves: (slot, q_end, visible) per row."""
+    """(shape, anchors): what a one-row plan's reusable tensors depend on - the row's geometry
+    relative to its window, its flags and policy constants - and the absolute numbers a bind
+    moves: (slot, q_end, visible)."""
     host = [k.ints for k in keys]
     q_start, q_end, first = INT["q_start"], INT["q_end"], INT["first"]
     W = max(r[q_end] - r[q_start] for r in host)
