@@ -38,7 +38,7 @@ from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
 from diffvoice.latency_bench.pacer import Pacer
 from diffvoice.latency_bench.playout import Playout
 from diffvoice.latency_bench.source_addr import connect_kwargs
-from diffvoice.latency_bench.turns import TurnResult
+from diffvoice.latency_bench.turns import TurnResult, planned_turn
 from diffvoice.voice.transport import protocol
 
 FRAME_SAMPLES = SAMPLE_RATE // 50          # 20 ms
@@ -229,9 +229,7 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
 async def run_browser_session(config: BenchConfig, url: str, session: int,
                               prompts: Sequence[Prompt], concurrency: int,
                               on_turn: Callable[[TurnResult], None]) -> dict[str, Any] | None:
-    results = [TurnResult(concurrency=concurrency, session=session, turn=i + 1,
-                          prompt=p.text or p.name, voice=p.voice)
-               for i, p in enumerate(prompts)]
+    results = [planned_turn(p, concurrency, session, i + 1) for i, p in enumerate(prompts)]
     reported = 0
     started: dict[str, Any] | None = None
     reader: asyncio.Task | None = None

@@ -17,14 +17,17 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import secrets
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diffvoice.latency_bench.config import CORPORA, PROTOCOLS, BenchConfig
 from diffvoice.latency_bench.server_proc import server_health
+
+if TYPE_CHECKING:
+    from diffvoice.latency_bench.corpus import Prompt
 
 _HELP = {
     "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
@@ -59,13 +62,21 @@ _HELP = {
     "server_args": "extra flags for the spawned `diffvoice serve`, e.g. \"--asr pocketsphinx\"",
     "server_start_timeout_s": "seconds to wait for the spawned server's /healthz",
     "progress": "show a progress bar on stderr",
-    "corpus": "generated prompts: receptionist (plain questions), paused (with 300-600 ms "
-              "hesitations inside the sentence) or mixed (both)",
+    "corpus": "generated prompts: receptionist (plain questions), paused (300-800 ms pauses "
+              "inside the sentence: fillers and lists), mixed (both) or turns (plain, paused "
+              "and booking dialogues whose second turn is a one-word slot answer)",
+    "kokoro_voices": "comma-separated Kokoro-82M voices (the packaged int8 model, offline) that "
+                     "also speak the generated corpus, e.g. jm_kumo,jf_gongitsune",
+    "kokoro_speeds": "comma-separated Kokoro speed multipliers for --kokoro-voices",
+    "holdout_voices": "voices reported apart as the hold-out (never used in development: by "
+                      "default the Kokoro voices no training row of the embedded model uses); "
+                      "every other voice counts as development",
     "eager_drafts": "per-session override of the server's eager drafting (browser protocol)",
     "turn_window_secs": "per-session override of the server's full silence window",
     "matrix": "sweep configurations into one report, e.g. \"drafting=off,on "
-              "asr=pocketsphinx,tiny.en\" (one spawned server per asr value; drafting per "
-              "session); needs no --url",
+              "asr=pocketsphinx,tiny.en smart_turn=off,on stop_secs=0.2,0.4,0.6\" (one spawned "
+              "server per asr x smart_turn value; drafting and, over the browser protocol, "
+              "stop_secs per session; over Twilio stop_secs is a server flag); needs no --url",
 }
 
 
@@ -80,9 +91,18 @@ def _str_list(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers: {text!r}") from exc
+
+
 def _add_voice_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = BenchConfig()
-    types = {"concurrency": _int_list, "speeds": _int_list, "voices": _str_list}
+    types = {"concurrency": _int_list, "speeds": _int_list, "voices": _str_list,
+             "kokoro_voices": _str_list, "holdout_voices": _str_list,
+             "kokoro_speeds": _float_list}
     for f in dataclasses.fields(BenchConfig):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
@@ -100,7 +120,8 @@ def _add_voice_arguments(parser: argparse.ArgumentParser) -> None:
                                      else str)
         if f.name in ("stop_secs", "turn_window_secs"):
             kind = float
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        shown = (",".join(map(str, default)) or "none") if isinstance(default, tuple) \
+            else default
         if f.name == "twilio_auth_token":
             shown = "env TWILIO_AUTH_TOKEN"
         parser.add_argument(flag, type=kind, default=default,
@@ -113,8 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", required=True,
                                 metavar="{voice,engine,render,reliability}")
     voice = sub.add_parser("voice", help="end-to-end voice latency through a real server",
-                           description="Simulated callers speak espeak-ng prompts in real time; "
-                           "per-stage latency percentiles over a concurrency sweep.")
+                           description="Simulated callers speak espeak-ng (and Kokoro) prompts "
+                           "in real time; per-stage latency percentiles and false cut-offs over "
+                           "a concurrency sweep.")
     _add_voice_arguments(voice)
     engine = sub.add_parser("engine", help="diffusion engine latency/throughput (same report "
                                            "format)")
@@ -140,6 +162,25 @@ def _command_line() -> str | None:
     return shlex.join(["diffvoice", *argv]) if argv[:1] == ["bench"] else None
 
 
+def corpus_info(config: BenchConfig, prompts: Sequence[Prompt]) -> dict[str, Any]:
+    """The report's `config.corpus`: where the prompts came from, how many of each kind, and
+    which of its voices are hold-out (in `config.holdout_voices`) or development."""
+    kinds: dict[str, int] = {}
+    for prompt in prompts:
+        kinds[prompt.kind] = kinds.get(prompt.kind, 0) + 1
+    voices = sorted({p.voice for p in prompts if p.voice})
+    info: dict[str, Any] = {"prompts": len(prompts), "kinds": kinds}
+    if config.audio:
+        return {"source": str(config.audio), **info}
+    engines = "espeak-ng" + (" + Kokoro-82M" if config.kokoro_voices else "")
+    return {"source": f"{engines} {config.corpus} prompts", **info,
+            "voices": list(config.voices), "speeds": list(config.speeds),
+            **({"kokoro_voices": list(config.kokoro_voices),
+                "kokoro_speeds": list(config.kokoro_speeds)} if config.kokoro_voices else {}),
+            "holdout_voices": [v for v in voices if v in config.holdout_voices],
+            "development_voices": [v for v in voices if v not in config.holdout_voices]}
+
+
 def _run_voice(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -147,7 +188,7 @@ def _run_voice(args: argparse.Namespace) -> int:
     from diffvoice.latency_bench.load import make_report, run_sweep, total_turns
     from diffvoice.latency_bench.markdown import sweep_table
     from diffvoice.latency_bench.outputs import write_outputs
-    from diffvoice.latency_bench.server_proc import LocalServer, ServerStartError
+    from diffvoice.latency_bench.server_proc import ServerStartError, bench_server
 
     names = [f.name for f in dataclasses.fields(BenchConfig)]
     try:
@@ -155,12 +196,11 @@ def _run_voice(args: argparse.Namespace) -> int:
         notes = Path(config.notes).read_text(encoding="utf-8").strip() if config.notes else None
         if config.audio:
             prompts = load_audio_dir(Path(config.audio))
-            corpus: dict[str, Any] = {"source": str(config.audio), "prompts": len(prompts)}
         else:
             prompts = corpus_for(config.corpus, Path(config.corpus_cache).expanduser(),
-                                 config.voices, config.speeds)
-            corpus = {"source": f"espeak-ng {config.corpus} questions", "prompts": len(prompts),
-                      "voices": list(config.voices), "speeds": list(config.speeds)}
+                                 config.voices, config.speeds, config.kokoro_voices,
+                                 config.kokoro_speeds)
+        corpus = corpus_info(config, prompts)
     except (ValueError, OSError, CorpusError) as exc:
         print(f"diffvoice bench voice: {exc}", file=sys.stderr)
         return 2
@@ -181,17 +221,13 @@ def _run_voice(args: argparse.Namespace) -> int:
             levels = asyncio.run(sweep(url))
             health = server_health(url)
         else:
-            extra, env = config.server_args, {}
-            if config.protocol == "twilio":
-                token = config.twilio_auth_token or secrets.token_hex(16)
+            server, token = bench_server(config.protocol, config.server_args,
+                                         config.server_start_timeout_s,
+                                         config.twilio_auth_token)
+            if token is not None:
                 config = dataclasses.replace(config, twilio_auth_token=token)
-                env = {"TWILIO_AUTH_TOKEN": token}
-            server = LocalServer(extra, config.server_start_timeout_s, env)
-            if config.protocol == "twilio":   # webhook signatures cover the URL we POST to
-                server.extra_args += ["--public-url", server.base_url]
             with server:
-                url = (server.ws_url("/ws") if config.protocol == "browser"
-                       else server.base_url + "/telephony/twilio/voice")
+                url = server.bench_url(config.protocol)
                 levels = asyncio.run(sweep(url))
                 health = server_health(url)
     except ServerStartError as exc:

@@ -14,15 +14,24 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 PROTOCOLS = ("browser", "twilio")
-CORPORA = ("receptionist", "paused", "mixed")   # latency_bench.corpus.corpus_for
-MATRIX_AXES = ("drafting", "asr")
+CORPORA = ("receptionist", "paused", "mixed", "turns")   # latency_bench.corpus.corpus_for
+MATRIX_AXES = ("drafting", "asr", "smart_turn", "stop_secs")
+STOP_SECS_RANGE = (0.05, 5.0)            # voice.transport.protocol's per-session range
+# Kokoro-82M voices that no training row of the embedded model uses (agent/train/asr_augment.py
+# EVAL_KOKORO_VOICES; a test keeps them in step): never used in development, so the report's
+# hold-out
+HOLDOUT_VOICES: tuple[str, ...] = ("jm_kumo", "jf_gongitsune")
 
 
 def parse_matrix(text: str) -> dict[str, tuple[str, ...]]:
     """ "drafting=off,on asr=pocketsphinx,tiny.en" -> {"drafting": ("off", "on"), "asr": ...}.
 
     drafting values are off/on (the session.start eager_drafts override); asr values are
-    `diffvoice serve --asr` values (one server per value)."""
+    `diffvoice serve --asr` values (one server per value); smart_turn values are off/on
+    (`diffvoice serve --smart-turn/--no-smart-turn`, one server per value); stop_secs values
+    are seconds in STOP_SECS_RANGE, written back as float text ("0.20" -> "0.2"): the
+    session.start override over the browser protocol, `diffvoice serve --stop-secs` (one server
+    per value) over Twilio."""
     axes: dict[str, tuple[str, ...]] = {}
     for part in text.replace(";", " ").split():
         name, sep, values = part.partition("=")
@@ -32,12 +41,30 @@ def parse_matrix(text: str) -> dict[str, tuple[str, ...]]:
                              f"{part!r}")
         if name in axes:
             raise ValueError(f"matrix axis {name!r} given twice")
-        if name == "drafting" and not set(vals) <= {"off", "on"}:
-            raise ValueError(f"matrix drafting values are off/on, got {vals}")
+        if name in ("drafting", "smart_turn") and not set(vals) <= {"off", "on"}:
+            raise ValueError(f"matrix {name} values are off/on, got {vals}")
+        if name == "stop_secs":
+            vals = _stop_secs_values(vals)
+        if len(set(vals)) != len(vals):
+            raise ValueError(f"matrix {name} values repeat: {vals}")
         axes[name] = vals
     if not axes:
         raise ValueError("matrix is empty")
     return axes
+
+
+def _stop_secs_values(vals: tuple[str, ...]) -> tuple[str, ...]:
+    lo, hi = STOP_SECS_RANGE
+    out = []
+    for value in vals:
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(f"matrix stop_secs values are seconds, got {value!r}") from None
+        if not lo <= seconds <= hi:
+            raise ValueError(f"matrix stop_secs values must be in [{lo}, {hi}], got {value}")
+        out.append(str(seconds))
+    return tuple(out)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -68,7 +95,10 @@ class BenchConfig:
     server_args: str = ""                   # extra flags for the spawned `diffvoice serve`
     server_start_timeout_s: float = 600.0
     progress: bool = True
-    corpus: str = "receptionist"            # receptionist / paused (hesitations) / mixed
+    corpus: str = "receptionist"            # receptionist / paused / mixed / turns
+    kokoro_voices: tuple[str, ...] = ()     # Kokoro-82M voices added to a generated corpus
+    kokoro_speeds: tuple[float, ...] = (1.0, 1.15)
+    holdout_voices: tuple[str, ...] = HOLDOUT_VOICES   # reported apart as the hold-out
     eager_drafts: bool | None = None        # per-session override (browser protocol)
     turn_window_secs: float | None = None   # per-session override (browser protocol)
     matrix: str | None = None               # e.g. "drafting=off,on asr=pocketsphinx,tiny.en"
@@ -98,8 +128,9 @@ class BenchConfig:
         for name in ("pause_s", "stagger_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.stop_secs is not None and not 0.05 <= self.stop_secs <= 5.0:
-            raise ValueError(f"stop_secs must be in [0.05, 5.0], got {self.stop_secs}")
+        lo, hi = STOP_SECS_RANGE
+        if self.stop_secs is not None and not lo <= self.stop_secs <= hi:
+            raise ValueError(f"stop_secs must be in [{lo}, {hi}], got {self.stop_secs}")
         if self.stop_secs is not None and self.protocol == "twilio":
             raise ValueError("stop_secs can only be overridden per session over the browser "
                              "protocol; start the server with --stop-secs instead")
@@ -114,11 +145,21 @@ class BenchConfig:
             raise ValueError(f"turn_window_secs must be in [0.05, 5.0], got "
                              f"{self.turn_window_secs}")
         if (self.eager_drafts is not None or self.turn_window_secs is not None
-                or self.matrix is not None) and self.protocol == "twilio":
-            raise ValueError("eager_drafts, turn_window_secs and matrix are per-session "
-                             "overrides of the browser protocol")
+                ) and self.protocol == "twilio":
+            raise ValueError("eager_drafts and turn_window_secs are per-session overrides of "
+                             "the browser protocol")
+        if self.kokoro_voices and self.audio is not None:
+            raise ValueError("kokoro_voices speak the generated corpus; --audio replaces it")
+        if not self.kokoro_speeds or any(not 0.5 <= s <= 2.0 for s in self.kokoro_speeds):
+            raise ValueError(f"kokoro_speeds must be multipliers in [0.5, 2.0], got "
+                             f"{self.kokoro_speeds!r}")
         if self.matrix is not None:
-            parse_matrix(self.matrix)   # raises ValueError naming the problem
+            axes = parse_matrix(self.matrix)   # raises ValueError naming the problem
+            if "drafting" in axes and self.protocol == "twilio":
+                raise ValueError("matrix drafting is a per-session override of the browser "
+                                 "protocol")
+            if "stop_secs" in axes and self.stop_secs is not None:
+                raise ValueError("give stop_secs either as --stop-secs or as a matrix axis")
         if not self.out.endswith(".json"):
             raise ValueError(f"out must name a .json file, got {self.out!r}")
 

@@ -1,38 +1,60 @@
-"""Spoken prompts for the voice benchmark: espeak-ng speech made offline, or the user's WAVs.
+"""Spoken prompts for the voice benchmark: speech made offline (espeak-ng, Kokoro), or the user's
+WAVs.
 
 Contract:
 - `Prompt` is one utterance as 16 kHz mono int16 PCM plus where speech starts and ends in it
   (`speech_start_s`, `speech_end_s`), found from the audio itself by `speech_bounds`. The load
-  client uses `speech_end_s` as the ground-truth end of user speech.
-- `synthesize_corpus(texts, voices, speeds, cache_dir)` runs the `espeak-ng` command line once per
-  (text, voice, speed), resamples to 16 kHz, pads `lead_silence_s` in front, and caches the WAV
-  (soundfile) under a name derived from all inputs and the espeak-ng version, so a second run
-  reads the cache. Raises `CorpusError` with the fix when espeak-ng is missing.
+  client uses `speech_end_s` as the ground-truth end of user speech. Its `kind` says what the
+  caller does: "question" (one breath), "paused" (silences inside the sentence; `pauses_ms`
+  lists them in order) or "slot" (a one- or two-word answer to the bot's question). Prompts
+  with the same `dialogue` id are one caller's consecutive turns, said in `step` order within
+  one session (`session_units` groups them); a prompt without one stands alone.
+- `spoken_prompts(texts, speakers, cache_dir)` speaks every (text, speaker)
+  (latency_bench.speakers: espeak-ng or Kokoro), resamples to 16 kHz, pads `lead_silence_s` in
+  front and caches the WAV (soundfile) under a name derived from all inputs and the engine's
+  version, so a second run reads the cache. `synthesize_corpus(texts, voices, speeds, ...)` is
+  the same for espeak-ng voices x speeds. Raises `CorpusError` with the fix when an engine is
+  missing.
+- `paused_prompts(items, speakers, cache_dir)` speaks every piece of an utterance with
+  hesitations (PAUSED_PROMPTS: fillers like "what time" / "um" / "do you open on saturday",
+  and lists like "I'd like a cleaning" / "a filling" / "and teeth whitening") separately,
+  trims each piece to its speech and joins them with one pause length from `PAUSES_MS`
+  (300-800 ms; every pause of one prompt has the same length). The length is cycled over the
+  (utterance, speed) renderings of each voice, offset per voice, so every pause length occurs
+  in every voice. Its text is the pieces joined by spaces. `paused_corpus(items, voices,
+  speeds, ...)` is the same for espeak-ng voices x speeds.
+- `dialogue_prompts(dialogues, speakers, cache_dir)`: SLOT_DIALOGUES, a booking request
+  ("Can I book a cleaning?", kind "question") then its answer ("tuesday", kind "slot"), one
+  dialogue per (dialogue, speaker).
 - `load_audio_dir(path)` reads every *.wav / *.flac there (any rate, mono or stereo) into
   prompts; `default_corpus(...)` is the receptionist set the bench uses by default.
-- `paused_corpus(items, voices, speeds, cache_dir)` speaks every piece of an utterance with
-  hesitations (PAUSED_PROMPTS, e.g. "what time" / "um" / "do you open on saturday") separately,
-  trims each piece to its speech and joins them with 300-600 ms of silence (`PAUSES_MS`, cycled
-  per prompt and voice, so every pause length occurs in every voice); its text is the pieces
-  joined by spaces. `corpus_for(name, ...)` picks "receptionist", "paused" or "mixed" (both).
+- `corpus_for(name, ...)` picks "receptionist" (plain questions), "paused" (with pauses),
+  "mixed" (both) or "turns" (plain, paused and slot dialogues), spoken by the espeak-ng
+  voices x speeds and, when given, the Kokoro voices x speeds.
 
 It knows nothing about sockets, protocols or reports. Nothing is downloaded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import soxr
+
+from diffvoice.latency_bench.speakers import (
+    CorpusError,
+    Speaker,
+    Synth,
+    espeak_speakers,
+    kokoro_speakers,
+)
 
 SAMPLE_RATE = 16000
 WINDOW_S = 0.010
@@ -56,8 +78,9 @@ RECEPTIONIST_PROMPTS: tuple[str, ...] = (
     "Tell me your hours please.",
 )
 # The same kind of questions with the pauses people make while they think: a filler or a
-# half-finished phrase, then 300-600 ms of silence, then the rest. A server that ends the turn
-# at a pause answers a question the caller has not finished asking.
+# half-finished phrase, then 300-800 ms of silence, then the rest; and lists, whose first item
+# already sounds like a complete sentence. A server that ends the turn at a pause answers a
+# question the caller has not finished asking.
 PAUSED_PROMPTS: tuple[tuple[str, ...], ...] = (
     ("what time", "um", "do you open on saturday"),
     ("how much", "uh", "does a cleaning cost"),
@@ -67,15 +90,25 @@ PAUSED_PROMPTS: tuple[tuple[str, ...], ...] = (
     ("what are your", "opening hours for thursday"),
     ("can I book a", "um", "checkup for friday"),
     ("is there", "parking near the clinic"),
+    ("I'd like a cleaning", "a filling", "and teeth whitening"),
+    ("how much is a cleaning", "a filling", "and a crown"),
+    ("I could come on monday", "tuesday", "or friday"),
 )
-PAUSES_MS: tuple[int, ...] = (300, 450, 600)
-CORPORA = ("receptionist", "paused", "mixed")
+PAUSES_MS: tuple[int, ...] = (300, 450, 600, 800)
+# A booking request, then the caller's answer to the bot's follow-up question: one or two words,
+# the shortest turns a caller says and the ones where a slow endpoint is felt most.
+SLOT_DIALOGUES: tuple[tuple[str, ...], ...] = (
+    ("Can I book a cleaning?", "tuesday"),
+    ("I'd like to book a checkup.", "friday"),
+    ("Can I come in for a filling this week?", "yes"),
+    ("Can I book teeth whitening on Monday?", "ten thirty"),
+    ("I want to make an appointment for a cleaning.", "maria"),
+    ("Do you have time on Thursday for a checkup?", "afternoon"),
+)
+CORPORA = ("receptionist", "paused", "mixed", "turns")
+KINDS = ("question", "paused", "slot")
 DEFAULT_VOICES: tuple[str, ...] = ("en-us", "en-us+f3", "en-gb+m3", "en-us+f2")
 DEFAULT_SPEEDS: tuple[int, ...] = (150, 175, 200)
-
-
-class CorpusError(RuntimeError):
-    """The prompts cannot be produced; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +118,11 @@ class Prompt:
     pcm: np.ndarray             # int16 [n_samples], 16 kHz mono
     speech_start_s: float
     speech_end_s: float
-    voice: str | None = None    # espeak-ng voice (None for user audio)
+    voice: str | None = None    # espeak-ng or Kokoro voice (None for user audio)
+    kind: str = "question"      # question / paused / slot
+    pauses_ms: tuple[int, ...] = ()   # silences inside the speech, in order (kind "paused")
+    dialogue: str | None = None  # one caller's consecutive turns share it
+    step: int = 0                # position within the dialogue
 
     def __post_init__(self) -> None:
         if self.pcm.dtype != np.int16 or self.pcm.ndim != 1:
@@ -93,6 +130,12 @@ class Prompt:
         if not 0.0 <= self.speech_start_s < self.speech_end_s <= self.duration_s + 1e-9:
             raise ValueError(f"prompt {self.name!r}: speech bounds {self.speech_start_s:.3f}.."
                              f"{self.speech_end_s:.3f} s outside the {self.duration_s:.3f} s audio")
+        if self.kind not in KINDS:
+            raise ValueError(f"prompt {self.name!r}: kind must be one of {KINDS}, got "
+                             f"{self.kind!r}")
+        if (self.kind == "paused") != bool(self.pauses_ms):
+            raise ValueError(f"prompt {self.name!r}: pauses_ms must be given exactly for kind "
+                             f"'paused', got kind {self.kind!r} with {self.pauses_ms!r}")
 
     @property
     def duration_s(self) -> float:
@@ -135,64 +178,63 @@ def to_prompt(name: str, text: str | None, audio: np.ndarray, sample_rate: int,
     return Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s, speech_end_s=end_s)
 
 
-def _espeak_and_cache(cache_dir) -> tuple[str, str, Path]:
-    """(espeak-ng binary, its version, the created cache folder); CorpusError without espeak-ng."""
-    binary = shutil.which("espeak-ng")
-    if binary is None:
-        raise CorpusError("espeak-ng is not installed: `make system-deps` (Debian package "
-                          "espeak-ng), or pass --audio DIR with your own WAV files")
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    return binary, _espeak_version(binary), cache_dir
-
-
-def _espeak_version(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
-    return out.stdout.strip()
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
+
+
+def _cached_pcm(path: Path, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """The 16 kHz int16 WAV at `path`, written by `make()` first when it is not there."""
+    if not path.exists():
+        tmp_path = path.with_suffix(".tmp.wav")
+        sf.write(tmp_path, make(), SAMPLE_RATE, subtype="PCM_16")
+        tmp_path.replace(path)   # atomic: concurrent runs never read a half-written WAV
+    pcm, rate = sf.read(path, dtype="int16")
+    if rate != SAMPLE_RATE:
+        raise CorpusError(f"{path}: cached prompt is {rate} Hz, expected {SAMPLE_RATE}")
+    return pcm
+
+
+def _from_pcm(name: str, text: str, pcm: np.ndarray, speaker: Speaker, **meta) -> Prompt:
+    start_s, end_s = speech_bounds(pcm)
+    return Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s, speech_end_s=end_s,
+                  voice=speaker.label, **meta)
+
+
+def _cache_path(cache_dir: Path, name: str, key: str) -> Path:
+    return cache_dir / f"{name}_{hashlib.sha1(key.encode()).hexdigest()[:10]}.wav"
+
+
+def spoken_prompts(texts: Sequence[str], speakers: Sequence[Speaker], cache_dir: Path,
+                   lead_silence_s: float = 0.3, synth: Synth | None = None,
+                   kind: str = "question") -> list[Prompt]:
+    """Every (text, speaker) as a prompt of `kind`, cached as 16 kHz WAVs in `cache_dir`."""
+    if not texts or not speakers:
+        raise ValueError("texts and speakers must each be non-empty")
+    synth = synth or Synth()
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    prompts = []
+    for text in texts:
+        for speaker in speakers:
+            name = f"{_slug(text)}_{speaker.tag}"
+            key = (f"{synth.version(speaker.engine)}|{speaker.voice}|{speaker.speed}|"
+                   f"{lead_silence_s}|{text}")
+
+            def make(text=text, speaker=speaker) -> np.ndarray:
+                audio, rate = synth.speak(speaker, text)
+                return to_prompt("raw", text, audio, rate, lead_silence_s).pcm
+
+            pcm = _cached_pcm(_cache_path(cache_dir, name, key), make)
+            prompts.append(_from_pcm(name, text, pcm, speaker, kind=kind))
+    return prompts
 
 
 def synthesize_corpus(texts: Sequence[str], voices: Sequence[str], speeds: Sequence[int],
                       cache_dir: Path, lead_silence_s: float = 0.3) -> list[Prompt]:
     """Every (text, voice, speed) spoken by espeak-ng, cached as 16 kHz WAVs in `cache_dir`."""
-    if not texts or not voices or not speeds:
+    if not voices or not speeds:
         raise ValueError("texts, voices and speeds must each be non-empty")
-    for speed in speeds:
-        if not 80 <= int(speed) <= 450:
-            raise ValueError(f"espeak-ng speed must be 80..450 words per minute, got {speed}")
-    binary, version, cache_dir = _espeak_and_cache(cache_dir)
-    prompts = []
-    for text in texts:
-        for voice in voices:
-            for speed in speeds:
-                key = hashlib.sha1(f"{version}|{voice}|{speed}|{lead_silence_s}|{text}".encode())
-                name = f"{_slug(text)}_{voice.replace('+', '-')}_{speed}"
-                path = cache_dir / f"{name}_{key.hexdigest()[:10]}.wav"
-                if not path.exists():
-                    _speak_to(binary, text, voice, int(speed), path, lead_silence_s)
-                pcm, rate = sf.read(path, dtype="int16")
-                start_s, end_s = speech_bounds(pcm, rate)
-                prompts.append(Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s,
-                                      speech_end_s=end_s, voice=voice))
-    return prompts
-
-
-def _speak_to(binary: str, text: str, voice: str, speed: int, path: Path,
-              lead_silence_s: float) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "raw.wav"
-        result = subprocess.run([binary, "-v", voice, "-s", str(speed), "-w", str(raw), text],
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0 or not raw.exists():
-            raise CorpusError(f"espeak-ng failed for voice {voice!r}: {result.stderr.strip()}")
-        audio, rate = sf.read(raw, dtype="float32")
-    prompt = to_prompt(path.stem, text, audio, rate, lead_silence_s)
-    tmp_path = path.with_suffix(".tmp.wav")
-    sf.write(tmp_path, prompt.pcm, SAMPLE_RATE, subtype="PCM_16")
-    tmp_path.replace(path)   # atomic: concurrent runs never read a half-written WAV
+    return spoken_prompts(texts, espeak_speakers(voices, speeds), cache_dir, lead_silence_s)
 
 
 def load_audio_dir(directory: Path, lead_silence_s: float = 0.3) -> list[Prompt]:
@@ -224,64 +266,140 @@ def default_corpus(cache_dir: Path, voices: Sequence[str] = DEFAULT_VOICES,
     return synthesize_corpus(texts, voices, speeds, cache_dir)
 
 
-def _speak_piece(binary: str, text: str, voice: str, speed: int) -> np.ndarray:
-    """One piece as 16 kHz int16, trimmed to its speech."""
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "piece.wav"
-        result = subprocess.run([binary, "-v", voice, "-s", str(speed), "-w", str(raw), text],
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0 or not raw.exists():
-            raise CorpusError(f"espeak-ng failed for voice {voice!r}: {result.stderr.strip()}")
-        audio, rate = sf.read(raw, dtype="float32")
+DECAY_S = 0.06  # kept after a piece's last loud window: its natural fade below the threshold
+
+
+def speech_only(synth: Synth, speaker: Speaker, text: str) -> np.ndarray:
+    """One piece as 16 kHz int16, trimmed to its speech and the `DECAY_S` fade after it (cut at
+    the -45 dB threshold, a word ends abruptly: Smart Turn then hears a caller cut off, P(complete)
+    0.91 -> 0.05 on one Kokoro question, which would flatter it at every pause)."""
+    audio, rate = synth.speak(speaker, text)
     prompt = to_prompt("piece", text, audio, rate)
     start = int(round(prompt.speech_start_s * SAMPLE_RATE))
-    end = int(round(prompt.speech_end_s * SAMPLE_RATE))
+    end = int(round((prompt.speech_end_s + DECAY_S) * SAMPLE_RATE))
     return prompt.pcm[start:end]
+
+
+def pause_plan(n_items: int, speakers: Sequence[Speaker],
+               pauses_ms: Sequence[int]) -> list[list[int]]:
+    """plan[item][speaker]: the pause length of that rendering. Per voice, the (item, speed)
+    renderings walk PAUSES_MS in turn from an offset of the voice's index, so each voice hears
+    every length once it has as many renderings as there are lengths."""
+    voices = list(dict.fromkeys(s.voice for s in speakers))
+    speeds_per_voice = {v: [s for s in speakers if s.voice == v] for v in voices}
+    plan = []
+    for i in range(n_items):
+        row = []
+        for speaker in speakers:
+            same_voice = speeds_per_voice[speaker.voice]
+            index = i * len(same_voice) + same_voice.index(speaker) + voices.index(speaker.voice)
+            row.append(int(pauses_ms[index % len(pauses_ms)]))
+        plan.append(row)
+    return plan
+
+
+def paused_prompts(items: Sequence[Sequence[str]], speakers: Sequence[Speaker],
+                   cache_dir: Path, lead_silence_s: float = 0.3,
+                   pauses_ms: Sequence[int] = PAUSES_MS,
+                   synth: Synth | None = None) -> list[Prompt]:
+    """Every (utterance, speaker): pieces spoken apart, joined by pauses (module docstring)."""
+    if not items or not speakers or not pauses_ms:
+        raise ValueError("items, speakers and pauses_ms must each be non-empty")
+    if any(len(pieces) < 2 for pieces in items):
+        raise ValueError("a paused utterance needs at least two pieces")
+    synth = synth or Synth()
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    plan = pause_plan(len(items), speakers, pauses_ms)
+    prompts = []
+    for i, pieces in enumerate(items):
+        text = " ".join(pieces)
+        for j, speaker in enumerate(speakers):
+            pauses = (plan[i][j],) * (len(pieces) - 1)
+            name = f"paused-{_slug(text)}_{speaker.tag}"
+            key = (f"{synth.version(speaker.engine)}|{speaker.voice}|{speaker.speed}|"
+                   f"{lead_silence_s}|{list(pauses)}|decay {DECAY_S}|{'|'.join(pieces)}")
+
+            def make(pieces=pieces, speaker=speaker, pauses=pauses) -> np.ndarray:
+                parts = [np.zeros(int(round(lead_silence_s * SAMPLE_RATE)), np.int16)]
+                for k, piece in enumerate(pieces):
+                    if k:
+                        parts.append(np.zeros(pauses[k - 1] * SAMPLE_RATE // 1000, np.int16))
+                    parts.append(speech_only(synth, speaker, piece))
+                parts.append(np.zeros(SAMPLE_RATE // 10, np.int16))
+                return np.concatenate(parts)
+
+            pcm = _cached_pcm(_cache_path(cache_dir, name, key), make)
+            prompts.append(_from_pcm(name, text, pcm, speaker, kind="paused",
+                                     pauses_ms=pauses))
+    return prompts
 
 
 def paused_corpus(items: Sequence[Sequence[str]], voices: Sequence[str],
                   speeds: Sequence[int], cache_dir: Path, lead_silence_s: float = 0.3,
                   pauses_ms: Sequence[int] = PAUSES_MS) -> list[Prompt]:
-    """Every (utterance, voice, speed): pieces spoken apart, joined with 300-600 ms pauses."""
-    if not items or not voices or not speeds or not pauses_ms:
+    """`paused_prompts` for every espeak-ng voice x speed."""
+    if not voices or not speeds:
         raise ValueError("items, voices, speeds and pauses_ms must each be non-empty")
-    binary, version, cache_dir = _espeak_and_cache(cache_dir)
+    return paused_prompts(items, espeak_speakers(voices, speeds), cache_dir, lead_silence_s,
+                          pauses_ms)
+
+
+def dialogue_prompts(dialogues: Sequence[Sequence[str]], speakers: Sequence[Speaker],
+                     cache_dir: Path, lead_silence_s: float = 0.3,
+                     synth: Synth | None = None) -> list[Prompt]:
+    """Every (dialogue, speaker): its request (kind "question") then its answers (kind "slot"),
+    one dialogue id per (dialogue, speaker), steps 0, 1, ..."""
+    if not dialogues or any(len(d) < 2 for d in dialogues):
+        raise ValueError("a dialogue is a request and at least one answer")
+    synth = synth or Synth()
     prompts = []
-    for i, pieces in enumerate(items):
-        text = " ".join(pieces)
-        for v, voice in enumerate(voices):
-            for speed in speeds:
-                pauses = [int(pauses_ms[(i + v + k) % len(pauses_ms)])
-                          for k in range(len(pieces) - 1)]
-                key = hashlib.sha1(f"{version}|{voice}|{speed}|{lead_silence_s}|{pauses}|"
-                                   f"{'|'.join(pieces)}".encode())
-                name = f"paused-{_slug(text)}_{voice.replace('+', '-')}_{speed}"
-                path = cache_dir / f"{name}_{key.hexdigest()[:10]}.wav"
-                if not path.exists():
-                    parts = [np.zeros(int(round(lead_silence_s * SAMPLE_RATE)), np.int16)]
-                    for k, piece in enumerate(pieces):
-                        if k:
-                            parts.append(np.zeros(pauses[k - 1] * SAMPLE_RATE // 1000, np.int16))
-                        parts.append(_speak_piece(binary, piece, voice, int(speed)))
-                    parts.append(np.zeros(SAMPLE_RATE // 10, np.int16))
-                    tmp_path = path.with_suffix(".tmp.wav")
-                    sf.write(tmp_path, np.concatenate(parts), SAMPLE_RATE, subtype="PCM_16")
-                    tmp_path.replace(path)
-                pcm, rate = sf.read(path, dtype="int16")
-                start_s, end_s = speech_bounds(pcm, rate)
-                prompts.append(Prompt(name=name, text=text, pcm=pcm, speech_start_s=start_s,
-                                      speech_end_s=end_s, voice=voice))
+    for dialogue in dialogues:
+        for speaker in speakers:
+            dialogue_id = f"{_slug(dialogue[0])}/{speaker.tag}"
+            for step, text in enumerate(dialogue):
+                (said,) = spoken_prompts([text], [speaker], cache_dir, lead_silence_s, synth,
+                                         kind="question" if step == 0 else "slot")
+                prompts.append(dataclasses.replace(said, dialogue=dialogue_id, step=step))
     return prompts
 
 
+def session_units(prompts: Sequence[Prompt]) -> list[tuple[Prompt, ...]]:
+    """What a session plays as one piece: a lone prompt, or a dialogue's prompts in step order.
+
+    Units keep the order in which their first prompt appears. Raises ValueError when a
+    dialogue's steps are not 0, 1, ... each once."""
+    units: dict[str | int, list[Prompt]] = {}
+    for i, prompt in enumerate(prompts):
+        units.setdefault(prompt.dialogue if prompt.dialogue is not None else i, []).append(prompt)
+    out = []
+    for key, members in units.items():
+        members.sort(key=lambda p: p.step)
+        if [p.step for p in members] != list(range(len(members))):
+            raise ValueError(f"dialogue {key!r}: steps {[p.step for p in members]} are not "
+                             f"0..{len(members) - 1}")
+        out.append(tuple(members))
+    return out
+
+
 def corpus_for(name: str, cache_dir: Path, voices: Sequence[str] = DEFAULT_VOICES,
-               speeds: Sequence[int] = DEFAULT_SPEEDS) -> list[Prompt]:
-    """"receptionist" (plain questions), "paused" (with hesitations) or "mixed" (both)."""
+               speeds: Sequence[int] = DEFAULT_SPEEDS, kokoro_voices: Sequence[str] = (),
+               kokoro_speeds: Sequence[float] = (1.0,)) -> list[Prompt]:
+    """The named corpus (module docstring) spoken by the espeak-ng voices x speeds, then by the
+    Kokoro voices x speeds."""
     if name not in CORPORA:
         raise ValueError(f"corpus must be one of {CORPORA}, got {name!r}")
+    synth = Synth()
+    cache_dir = Path(cache_dir)
+    groups = [espeak_speakers(voices, speeds)]
+    if kokoro_voices:
+        groups.append(kokoro_speakers(kokoro_voices, kokoro_speeds))
     prompts: list[Prompt] = []
-    if name in ("receptionist", "mixed"):
-        prompts += default_corpus(cache_dir, voices, speeds)
-    if name in ("paused", "mixed"):
-        prompts += paused_corpus(PAUSED_PROMPTS, voices, speeds, cache_dir)
+    for speakers in groups:   # per engine, so pause lengths cycle within each engine's voices
+        if name in ("receptionist", "mixed", "turns"):
+            prompts += spoken_prompts(RECEPTIONIST_PROMPTS, speakers, cache_dir, synth=synth)
+        if name in ("paused", "mixed", "turns"):
+            prompts += paused_prompts(PAUSED_PROMPTS, speakers, cache_dir, synth=synth)
+        if name == "turns":
+            prompts += dialogue_prompts(SLOT_DIALOGUES, speakers, cache_dir, synth=synth)
     return prompts

@@ -4,7 +4,9 @@ Contract: `render_markdown(report, image_names=None) -> str` is a pure function 
 dict: a header naming what was measured (machine, model, ASR/TTS, stop_secs, ...), a compact
 p50/p99-versus-concurrency table (with n, and, when the report has per-turn records, ASR WER
 and task success beside it) with the human `notes` paragraph and the machine-written
-`analysis` lines right under it, one table per concurrency level (stage x
+`analysis` lines right under it, the turn-taking section (latency_bench.turn_table: false
+cut-offs per pause length, slot answers, hold-out voices, the 2 % point) when the report has
+turn-taking figures, one table per concurrency level (stage x
 count/mean/p50/p90/p95/p99/max, plus turns, errors and timeouts) and, when given, links to the
 PNG plots. Values are milliseconds with no decimals; a stage never measured prints as "–",
 never as 0; a percentile with too few samples (report.PERCENTILE_MIN_SAMPLES) prints "n/a".
@@ -25,6 +27,7 @@ from diffvoice.latency_bench.report import (
     stage_names,
 )
 from diffvoice.latency_bench.stats import SUMMARY_FIELDS
+from diffvoice.latency_bench.turn_table import turn_taking_lines
 
 # config keys shown in the header, in this order, when present
 _HEADER_KEYS: tuple[tuple[str, str], ...] = (
@@ -149,6 +152,7 @@ def render_markdown(report: Mapping[str, Any],
     if report.get("analysis"):
         lines += ["Computed from the samples:", ""]
         lines += [f"- {line}" for line in report["analysis"]] + [""]
+    lines += turn_taking_lines(report)
     for point in report["sweep"]:
         lines.append(f"## {point['concurrency']} concurrent session"
                      f"{'s' if point['concurrency'] != 1 else ''}")

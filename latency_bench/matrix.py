@@ -1,15 +1,20 @@
-"""`diffvoice bench voice --matrix "drafting=off,on asr=pocketsphinx,tiny.en"`: one report over
-a sweep of server configurations, same corpus, same seed, one run.
+"""`diffvoice bench voice --matrix "drafting=off,on asr=pocketsphinx,tiny.en smart_turn=off,on
+stop_secs=0.2,0.4"`: one report over a sweep of server configurations, same corpus, same seed,
+one run.
 
 Contract: `run_matrix(config, prompts, corpus, notes, command) -> int` spawns one
-`diffvoice serve` per `asr` value (`--asr VALUE` appended to --server-args) and, on each, runs
-the concurrency sweep once per `drafting` value (off/on, sent as the session.start
-`eager_drafts` override). It writes ONE report (schema diffvoice.latency/1) to `config.out`:
-the top-level `stages`/`sweep`/`samples` are those of the headline variant (lowest
-voice-to-voice p50 at the lowest concurrency among drafting=on variants, else among all), and
-`matrix` lists every variant as {"asr", "drafting", "server", "sweep"} (each sweep point with
-its stage summaries and `turn_stats`); `turns` holds every variant's per-turn records tagged
-with `variant`. `analysis` gains the issue's goals checked against the headline variant.
+`diffvoice serve` per combination of the server axes (`server_axes`: asr -> `--asr VALUE`,
+smart_turn -> `--smart-turn` / `--no-smart-turn`, and over Twilio stop_secs -> `--stop-secs
+VALUE`, appended to --server-args) and, on each, runs the concurrency sweep once per
+combination of the session axes (drafting -> the session.start `eager_drafts` override; over
+the browser protocol stop_secs -> the session.start `stop_secs` override). It writes ONE report
+(schema diffvoice.latency/1) to `config.out`: the top-level `stages`/`sweep`/`samples` are those
+of the headline variant (`pick_headline`), and `matrix` lists every variant as {"asr",
+"smart_turn", "drafting", "stop_secs", "server", "sweep"} (each sweep point with its stage
+summaries and `turn_stats`; an axis not swept reads as the server's value where it reports
+one, else "server default"); `turns` holds every variant's per-turn records tagged with
+`variant` (those four labels); `cutoff_2pct` is latency_bench.turn_taking.cutoff_points over
+the variants. `analysis` gains the issue's goals checked against the headline variant.
 Returns 0, or 1 if no turn was measured. Knows nothing about rendering (latency_bench.
 matrix_table renders the `matrix` block).
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,18 +31,71 @@ from typing import Any
 from diffvoice.latency_bench.config import BenchConfig, parse_matrix
 from diffvoice.latency_bench.corpus import Prompt
 from diffvoice.latency_bench.matrix_table import goal_lines
+from diffvoice.latency_bench.turn_taking import CUTOFF_GOAL, LABELS, cutoff_points
 
 Variant = dict[str, Any]
 
 
+def server_axes(axes: dict[str, tuple[str, ...]], protocol: str) -> tuple[list[str], list[str]]:
+    """(axes that need a server each, axes set per session), in MATRIX_AXES order."""
+    per_server = {"asr", "smart_turn"} | ({"stop_secs"} if protocol == "twilio" else set())
+    return ([a for a in axes if a in per_server], [a for a in axes if a not in per_server])
+
+
+def combinations(axes: dict[str, tuple[str, ...]], names: Sequence[str]) -> list[dict[str, str]]:
+    """Every combination of the named axes' values, first axis slowest; [{}] for no axes."""
+    return [dict(zip(names, values, strict=True))
+            for values in itertools.product(*(axes[n] for n in names))]
+
+
+def server_flags(combo: dict[str, str]) -> str:
+    flags = []
+    if "asr" in combo:
+        flags.append(f"--asr {combo['asr']}")
+    if "smart_turn" in combo:
+        flags.append("--smart-turn" if combo["smart_turn"] == "on" else "--no-smart-turn")
+    if "stop_secs" in combo:
+        flags.append(f"--stop-secs {combo['stop_secs']}")
+    return " ".join(flags)
+
+
+def session_config(config: BenchConfig, combo: dict[str, str]) -> BenchConfig:
+    """`config` for one session combination: the matrix gone, its overrides set."""
+    changes: dict[str, Any] = {"matrix": None}
+    if "drafting" in combo:
+        changes["eager_drafts"] = combo["drafting"] == "on"
+    if "stop_secs" in combo:
+        changes["stop_secs"] = float(combo["stop_secs"])
+    return dataclasses.replace(config, **changes)
+
+
+def _lowest(report: dict[str, Any]) -> dict[str, Any]:
+    return report["sweep"][0]
+
+
 def _v2v_p50(report: dict[str, Any]) -> float:
-    summary = report["sweep"][0]["stages"].get("voice_to_voice_ms") or {}
+    summary = _lowest(report)["stages"].get("voice_to_voice_ms") or {}
     return summary.get("p50") if summary.get("p50") is not None else float("inf")
 
 
+def _cut_off_ok(report: dict[str, Any]) -> bool:
+    stats = _lowest(report).get("turn_stats") or {}
+    rate = stats.get("paused_premature_rate")
+    rate = stats.get("premature_eot_rate") if rate is None else rate
+    return rate is not None and rate <= CUTOFF_GOAL
+
+
 def pick_headline(variants: Sequence[Variant]) -> Variant:
-    drafted = [v for v in variants if v["drafting"] == "on"]
-    return min(drafted or variants, key=lambda v: _v2v_p50(v["report"]))
+    """Among the drafting=on variants (all, if none), those whose false cut-off rate at the
+    lowest concurrency is <= 2 % (paused turns where there are any; all of them, if none
+    is), the one with the lowest voice-to-voice p50 there."""
+    drafted = [v for v in variants if v["drafting"] == "on"] or list(variants)
+    safe = [v for v in drafted if _cut_off_ok(v["report"])] or drafted
+    return min(safe, key=lambda v: _v2v_p50(v["report"]))
+
+
+def _labels(variant: Variant) -> dict[str, Any]:
+    return {k: variant[k] for k in LABELS}
 
 
 def combine(variants: Sequence[Variant], axes: dict[str, tuple[str, ...]]) -> dict[str, Any]:
@@ -46,14 +105,24 @@ def combine(variants: Sequence[Variant], axes: dict[str, tuple[str, ...]]) -> di
     headline = pick_headline(variants)
     report = {k: v for k, v in headline["report"].items() if k != "turns"}
     report["config"] = {**report["config"], "matrix": {k: list(v) for k, v in axes.items()},
-                        "headline": {"asr": headline["asr"], "drafting": headline["drafting"]}}
-    report["matrix"] = [{"asr": v["asr"], "drafting": v["drafting"],
-                         "server": v["report"]["config"].get("asr"),
+                        "headline": _labels(headline)}
+    report["matrix"] = [{**_labels(v), "server": v["report"]["config"].get("asr"),
                          "sweep": v["report"]["sweep"]} for v in variants]
-    report["turns"] = [{**turn, "variant": {"asr": v["asr"], "drafting": v["drafting"]}}
+    report["turns"] = [{**turn, "variant": _labels(v)}
                        for v in variants for turn in v["report"].get("turns", [])]
+    report["cutoff_2pct"] = cutoff_points(report["matrix"])
     report["analysis"] = goal_lines(report) + list(report.get("analysis", []))
     return report
+
+
+def _variant(combo: dict[str, str], report: dict[str, Any]) -> Variant:
+    stop_secs = combo.get("stop_secs")
+    return {"asr": combo.get("asr") or report["config"].get("asr"),
+            "smart_turn": combo.get("smart_turn", "server default"),
+            "drafting": combo.get("drafting", "server default"),
+            "stop_secs": float(stop_secs) if stop_secs is not None
+            else report["config"].get("stop_secs"),
+            "report": report}
 
 
 def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str, Any],
@@ -63,43 +132,46 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
     from diffvoice.latency_bench.load import make_report, run_sweep, total_turns
     from diffvoice.latency_bench.markdown import sweep_table
     from diffvoice.latency_bench.outputs import write_outputs
-    from diffvoice.latency_bench.server_proc import LocalServer, ServerStartError, server_health
+    from diffvoice.latency_bench.server_proc import ServerStartError, bench_server, server_health
 
     if config.url is not None:
         print("diffvoice bench voice: --matrix starts its own servers; drop --url",
               file=sys.stderr)
         return 2
     axes = parse_matrix(config.matrix or "")
-    asrs: tuple[str | None, ...] = axes.get("asr", (None,))
-    draftings: tuple[str | None, ...] = axes.get("drafting", (None,))
+    on_server, per_session = server_axes(axes, config.protocol)
+    servers, sessions = combinations(axes, on_server), combinations(axes, per_session)
     variants: list[Variant] = []
-    per_variant = total_turns(config)
-    with tqdm(total=per_variant * len(asrs) * len(draftings), unit="turn",
+    with tqdm(total=total_turns(config) * len(servers) * len(sessions), unit="turn",
               disable=not config.progress, desc="bench voice matrix", file=sys.stderr) as bar:
-        for asr in asrs:
-            extra = config.server_args + (f" --asr {asr}" if asr else "")
+        for server_combo in servers:
+            extra = " ".join(filter(None, (config.server_args, server_flags(server_combo))))
             try:
-                with LocalServer(extra, config.server_start_timeout_s) as server:
-                    url = server.ws_url("/ws")
+                server, token = bench_server(config.protocol, extra,
+                                             config.server_start_timeout_s,
+                                             config.twilio_auth_token)
+                with server:
+                    url = server.bench_url(config.protocol)
                     health = server_health(url)
-                    for drafting in draftings:
-                        eager = None if drafting is None else drafting == "on"
-                        variant_config = dataclasses.replace(config, matrix=None,
-                                                             eager_drafts=eager)
-                        bar.set_description(f"asr={asr} drafting={drafting}")
+                    for session_combo in sessions:
+                        combo = {**server_combo, **session_combo}
+                        variant_config = session_config(config, session_combo)
+                        if token is not None:
+                            variant_config = dataclasses.replace(variant_config,
+                                                                 twilio_auth_token=token)
+                        bar.set_description(" ".join(f"{k}={v}" for k, v in combo.items()))
                         levels = asyncio.run(run_sweep(variant_config, url, prompts, bar))
                         report = make_report(variant_config, levels, url=url, corpus=corpus,
                                              command=command, server=health, notes=notes)
-                        variants.append({"asr": asr or health.get("asr"),
-                                         "drafting": drafting or "server default",
-                                         "report": report})
+                        variants.append(_variant(combo, report))
             except ServerStartError as exc:
-                print(f"diffvoice bench voice: asr={asr}: {exc}", file=sys.stderr)
+                print(f"diffvoice bench voice: {server_flags(server_combo)}: {exc}",
+                      file=sys.stderr)
                 return 1
     report = combine(variants, axes)
     written = write_outputs(report, config.out)
     for v in variants:
-        print(f"asr={v['asr']} drafting={v['drafting']}")
+        print(" ".join(f"{k}={v[k]}" for k in LABELS))
         print("\n".join(sweep_table(v["report"], ["voice_to_voice_ms", "endpointing_ms"])))
     for line in report.get("analysis", []):
         print("-", line)

@@ -5,7 +5,8 @@ Contract (pure functions of a report dict, schema diffvoice.latency/1):
   answer ready at end of turn, drafts and extra engine passes per turn, premature end-of-turn
   rate, WER per voice), or [] when the point has none;
 - `matrix_lines(report)`: for a report with a `matrix` block (latency_bench.matrix), one row per
-  variant x concurrency: voice-to-voice p50/p90/p99 at the client, llm_ttft, ASR final (VAD stop
+  variant (ASR, smart turn, drafting, stop_secs) x concurrency: voice-to-voice p50/p90/p99 at
+  the client, llm_ttft, ASR final (VAD stop
   -> final transcript), endpointing p50, and the turn statistics; [] otherwise;
 - `goal_lines(report)`: the issue's goals (1 caller: voice-to-voice p50 <= 450 ms, p90 <= 600,
   premature end of turn <= 2 %, answer ready at end of turn >= 80 %; 4 callers: p50 <= 550)
@@ -61,10 +62,10 @@ def matrix_lines(report: Mapping[str, Any]) -> list[str]:
         return []
     lines = [
         "## Configurations (same corpus, same run)", "",
-        "| ASR | drafting | callers | turns | errors | voice-to-voice p50 / p90 / p99 | "
-        "llm_ttft p50 | ASR final p50 | endpointing p50 | draft hit | answer ready | "
-        "extra passes / turn | premature EOT | WER per voice |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| ASR | smart turn | drafting | stop_secs | callers | turns | errors | "
+        "voice-to-voice p50 / p90 / p99 | llm_ttft p50 | ASR final p50 | endpointing p50 | "
+        "draft hit | answer ready | extra passes / turn | premature EOT | WER per voice |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for variant in matrix:
         for point in variant["sweep"]:
@@ -72,7 +73,9 @@ def matrix_lines(report: Mapping[str, Any]) -> list[str]:
             v2v = stages.get("voice_to_voice_ms")
             stats = point.get("turn_stats", {})
             lines.append(
-                f"| {variant['asr']} | {variant['drafting']} | {point['concurrency']} | "
+                f"| {variant['asr']} | {variant.get('smart_turn', '–')} | "
+                f"{variant['drafting']} | {variant.get('stop_secs', '–')} | "
+                f"{point['concurrency']} | "
                 f"{point.get('turns', '–')} | {point.get('errors', 0) + point.get('timeouts', 0)}"
                 f" | {_ms(v2v, 'p50')} / {_ms(v2v, 'p90')} / {_ms(v2v, 'p99')} | "
                 f"{_ms(stages.get('llm_ttft_ms'), 'p50')} | {_ms(stages.get('asr_ms'), 'p50')} | "

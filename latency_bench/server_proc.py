@@ -8,12 +8,17 @@ GET /healthz answers 200, and exposes `server.base_url` ("http://127.0.0.1:P"),
 `server.ws_url(path)` and `server.log_path`. If the process exits or does not become healthy
 in time, `ServerStartError` carries the tail of its log. On exit the process gets SIGTERM,
 then SIGKILL after 20 s; the log file is kept only if the run failed (or `keep_log()` was
-called).
+called). `server.bench_url(protocol)` is what a load client connects to: the browser WebSocket
+or the Twilio voice webhook. `bench_server(protocol, extra_args, start_timeout_s, token)`
+builds a LocalServer for a protocol: for Twilio it signs webhooks with `token` (a fresh one
+when None) and gives the server its own address as --public-url, since signatures cover the
+URL the client POSTs to; it returns (server, token or None).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import socket
 import subprocess
@@ -54,6 +59,10 @@ class LocalServer:
 
     def ws_url(self, path: str) -> str:
         return f"ws://127.0.0.1:{self.port}{path}"
+
+    def bench_url(self, protocol: str) -> str:
+        return (self.ws_url("/ws") if protocol == "browser"
+                else self.base_url + "/telephony/twilio/voice")
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -110,6 +119,16 @@ class LocalServer:
             self._failed = True
         if not self._failed and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+
+
+def bench_server(protocol: str, extra_args: str | Sequence[str], start_timeout_s: float,
+                 twilio_auth_token: str | None = None) -> tuple[LocalServer, str | None]:
+    if protocol != "twilio":
+        return LocalServer(extra_args, start_timeout_s), None
+    token = twilio_auth_token or secrets.token_hex(16)
+    server = LocalServer(extra_args, start_timeout_s, {"TWILIO_AUTH_TOKEN": token})
+    server.extra_args += ["--public-url", server.base_url]
+    return server, token
 
 
 def server_health(url: str) -> dict[str, Any]:

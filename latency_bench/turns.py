@@ -19,6 +19,10 @@ Contract:
   streaming, what] pairs (browser protocol: final transcripts, bot text, bot started / stopped,
   flushes, latency events with their user_turn_ends, the first bot audio frame): the evidence a
   failed turn is reported with.
+- `kind`, `pauses_ms` and `dialogue` are copied from the prompt (latency_bench.corpus.Prompt):
+  what the caller said, so the report can count cut-offs per pause length and slot answers
+  apart.
+- `planned_turn(prompt, concurrency, session, turn)` is the record before anything is measured.
 - `to_dict()` is the JSON form stored in a report's optional `turns` list.
 
 Knows nothing about sockets, protocols or report files.
@@ -28,7 +32,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from diffvoice.latency_bench.corpus import Prompt
 
 SERVER_STAGE_FIELDS = ("asr_ms", "llm_ttft_ms", "tts_first_audio_ms", "server_ms")
 SERVER_TIMESTAMPS = ("vad_stop_t", "transcript_final_t", "llm_first_text_t", "tts_first_audio_t",
@@ -53,7 +60,10 @@ class TurnResult:
     last_frame_t: float | None = None
     last_audible_end_t: float | None = None
     send_lag_ms: float = 0.0                                # worst lateness of our 20 ms pacing
-    voice: str | None = None                                # the prompt's espeak-ng voice
+    voice: str | None = None                                # the prompt's voice
+    kind: str = "question"                                  # the prompt's kind (corpus.KINDS)
+    pauses_ms: tuple[int, ...] = ()                         # silences inside the prompt
+    dialogue: str | None = None                             # dialogue id (consecutive turns)
     premature_eot: bool = False                             # the server answered or ended the
                                                             # turn before the prompt's last speech
     timeline: list = field(default_factory=list)            # [s since the prompt began, event]
@@ -85,6 +95,13 @@ class TurnResult:
         data = asdict(self)
         data["stages"] = self.stages(shared_clock)
         return data
+
+
+def planned_turn(prompt: Prompt, concurrency: int, session: int, turn: int) -> TurnResult:
+    """The record of a turn about to be played: who says what, nothing measured yet."""
+    return TurnResult(concurrency=concurrency, session=session, turn=turn,
+                      prompt=prompt.text or prompt.name, voice=prompt.voice, kind=prompt.kind,
+                      pauses_ms=tuple(prompt.pauses_ms), dialogue=prompt.dialogue)
 
 
 def _number(value: Any) -> bool:

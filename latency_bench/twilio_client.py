@@ -17,9 +17,11 @@ Twilio's part of a call against any server that speaks the Media Streams protoco
 - turns: the first *audible* bot sample after the end of user speech (energy above
   `energy_threshold_db`) gives voice_to_voice; the answer is over once `bot_quiet_s` of heard
   silence has passed. Bot audio heard while a prompt is still streaming marks that turn
-  "error". Only voice_to_voice is measured this way (the server's stage timings do not travel
-  over Media Streams). `on_turn(TurnResult)` is called once per prompt, always; failures mark
-  the current and remaining turns, as in the browser client.
+  "error", and `premature_eot` when it was heard before the prompt's last speech (the server
+  cut the caller off at a pause, as the browser client counts it). Only voice_to_voice is
+  measured this way (the server's stage timings do not travel over Media Streams).
+  `on_turn(TurnResult)` is called once per prompt, always; failures mark the current and
+  remaining turns, as in the browser client.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
 from diffvoice.latency_bench.pacer import Pacer
 from diffvoice.latency_bench.playout import Playout
 from diffvoice.latency_bench.source_addr import connect_kwargs
-from diffvoice.latency_bench.turns import TurnResult
+from diffvoice.latency_bench.turns import TurnResult, planned_turn
 from diffvoice.voice.telephony import mulaw
 
 PHONE_RATE = 8000
@@ -187,9 +189,16 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, call: _Call, prompt: Prom
         sent_t = await pacer.send(mulaw.encode(pcm[k * FRAME_SAMPLES:(k + 1) * FRAME_SAMPLES]))
         if k == end_frame:
             result.speech_end_t = sent_t - ((k + 1) * FRAME_SAMPLES - end_sample) / PHONE_RATE
-    if call.playout.first_audible_t is not None:
-        result.fail("error", "bot audio was heard while the caller was speaking (the previous "
-                             "answer resumed after a pause longer than --bot-quiet-s)")
+    heard_t = call.playout.first_audible_t
+    if heard_t is not None:
+        # before the prompt's last speech: the server ended the turn at a pause (or the last
+        # answer resumed); in the trailing silence: an answer this client cannot time
+        result.premature_eot = heard_t < result.speech_end_t
+        result.fail("error", "bot audio was heard while the caller was speaking (premature end "
+                             "of turn, or the previous answer resumed after a pause longer "
+                             "than --bot-quiet-s)" if result.premature_eot else
+                             "bot audio was heard in the prompt's trailing silence, before "
+                             "the client listened for the answer")
     call.playout.start_turn()            # what follows the end of speech is this turn's answer
     deadline = result.speech_end_t + config.turn_timeout_s
     while call.error is None:
@@ -221,8 +230,7 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, call: _Call, prompt: Prom
 async def run_twilio_session(config: BenchConfig, url: str, session: int,
                              prompts: Sequence[Prompt], concurrency: int,
                              on_turn: Callable[[TurnResult], None]) -> dict[str, Any] | None:
-    results = [TurnResult(concurrency=concurrency, session=session, turn=i + 1,
-                          prompt=p.text or p.name) for i, p in enumerate(prompts)]
+    results = [planned_turn(p, concurrency, session, i + 1) for i, p in enumerate(prompts)]
     reported = 0
     call_sid = "CA" + uuid.uuid4().hex
     info: dict[str, Any] = {"call_sid": call_sid}

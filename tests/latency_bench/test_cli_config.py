@@ -7,6 +7,7 @@ import pytest
 
 from diffvoice.latency_bench import cli
 from diffvoice.latency_bench.config import BenchConfig
+from diffvoice.latency_bench.corpus import Prompt
 from diffvoice.latency_bench.report import SweepPoint, build_report, load_report, save_report
 
 
@@ -26,6 +27,11 @@ def _parse(*argv):
     ({"protocol": "twilio", "stop_secs": 0.4}, "per session"),
     ({"out": "report.txt"}, ".json"),
     ({"energy_threshold_db": 3.0}, "energy_threshold_db"),
+    ({"kokoro_speeds": (3.0,)}, "kokoro_speeds"),
+    ({"kokoro_voices": ("jm_kumo",), "audio": "/tmp/mine"}, "--audio"),
+    ({"protocol": "twilio", "matrix": "drafting=off,on"}, "matrix drafting"),
+    ({"stop_secs": 0.3, "matrix": "stop_secs=0.2,0.4"}, "either"),
+    ({"corpus": "poems"}, "corpus"),
 ])
 def test_bad_settings_name_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -39,6 +45,8 @@ def test_derived_settings():
     assert BenchConfig(url="ws://127.0.0.1:9/ws").shared_clock
     assert not BenchConfig(url="wss://voice.example.com/ws").shared_clock
     assert BenchConfig(protocol="twilio", url="https://x.example/telephony/twilio/voice")
+    # over Twilio the server-side axes are allowed (stop_secs becomes --stop-secs)
+    assert BenchConfig(protocol="twilio", matrix="smart_turn=off,on stop_secs=0.2,0.4")
 
 
 def test_flags_map_one_to_one_onto_the_config():
@@ -49,6 +57,29 @@ def test_flags_map_one_to_one_onto_the_config():
     config = BenchConfig(**{n: getattr(args, n) for n in names})
     assert config.concurrency == (1, 3) and config.voices == ("en-us", "en-gb")
     assert config.speeds == (160,) and config.stop_secs == 0.3 and not config.progress
+    args = _parse("voice", "--corpus", "turns", "--kokoro-voices", "jm_kumo,jf_gongitsune",
+                  "--kokoro-speeds", "0.9,1.15", "--holdout-voices", "jm_kumo",
+                  "--matrix", "smart_turn=off,on stop_secs=0.2,0.4")
+    config = BenchConfig(**{n: getattr(args, n) for n in names})
+    assert config.corpus == "turns" and config.kokoro_voices == ("jm_kumo", "jf_gongitsune")
+    assert config.kokoro_speeds == (0.9, 1.15) and config.holdout_voices == ("jm_kumo",)
+    assert _parse("voice").kokoro_voices == ()
+
+
+def test_corpus_info_names_the_hold_out_and_counts_kinds():
+    pcm = np.zeros(1600, np.int16)
+    pcm[400:800] = 3000
+
+    def prompt(voice, kind="question"):
+        return Prompt(name=voice, text="x", pcm=pcm, speech_start_s=0.025, speech_end_s=0.05,
+                      voice=voice, kind=kind)
+
+    config = BenchConfig(corpus="turns", voices=("en-us",), kokoro_voices=("jm_kumo",))
+    info = cli.corpus_info(config, [prompt("en-us"), prompt("jm_kumo", "slot"),
+                                    prompt("jm_kumo")])
+    assert info["kinds"] == {"question": 2, "slot": 1}
+    assert info["holdout_voices"] == ["jm_kumo"] and info["development_voices"] == ["en-us"]
+    assert info["source"] == "espeak-ng + Kokoro-82M turns prompts"
 
 
 def test_render_adds_notes_and_rewrites_outputs(tmp_path, capsys):
