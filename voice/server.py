@@ -1,7 +1,10 @@
 """The voice server's FastAPI app: `create_app(state: AppState) -> FastAPI`.
 
 Routes:
-  GET  /healthz   JSON: status, model, asr, tts, active sessions, engine stats, warnings
+  GET  /healthz   JSON: status, model, asr, tts, active sessions, engine stats, warnings; 503
+                  {"status": "warming", "reason"} until the call path is warm (voice.warmup:
+                  one answer served at start-up, so the first caller waits no longer than later
+                  ones)
   GET  /agent     JSON: the model, and the business and example questions of its fact sheet
                   (with --api-keys and without a bearer key: only {"status": "ok"})
   GET  /metrics   Prometheus text (voice.metrics.VoiceMetrics.render); with --api-keys it needs
@@ -77,20 +80,6 @@ def _keepalive_counts() -> dict[str, int]:
     return {"late_pongs_forgiven": K.spared, "closed_keepalive_timeout": K.closed}
 
 
-def _warm_up_call_path() -> None:
-    """Load, before the first call, what building a call's pipeline would otherwise load on the
-    event loop (measured: importing pipecat's OpenAI adapter, i.e. the openai package, ~2.4 s;
-    the shared Silero ONNX session ~0.3 s) — every other call would stall meanwhile."""
-    try:
-        import pipecat.adapters.llm.services.open_ai_adapter  # noqa: F401
-
-        from diffvoice.voice.vad import shared_session
-
-        shared_session()
-    except Exception as e:  # a warm-up is an optimisation; the first call would load it anyway
-        logger.warning(f"call-path warm-up failed: {e!r}")
-
-
 def create_app(state: AppState) -> FastAPI:
     config = state.config
     _self_description()  # once, now (it may run nvidia-smi / git), not in a request
@@ -109,8 +98,10 @@ def create_app(state: AppState) -> FastAPI:
         from diffvoice.voice.loop_lag import LoopLag
 
         state.loop_lag = LoopLag().start()  # /metrics: diffvoice_event_loop_lag_seconds
+        from diffvoice.voice.warmup import warm_up
+
+        warming = asyncio.get_running_loop().create_task(warm_up(state), name="warm-up")
         if not config.api_only:
-            _warm_up_call_path()
             web_dir = Path(config.web_dir)
             if (web_dir / "index.html").is_file():
                 app.router.routes.append(
@@ -119,6 +110,7 @@ def create_app(state: AppState) -> FastAPI:
             else:
                 logger.warning(f"no {web_dir}/index.html: the browser page is not served")
         yield
+        warming.cancel()
         state.loop_lag.stop()
         if watchdog is not None:
             watchdog.stop()
@@ -166,11 +158,16 @@ def create_app(state: AppState) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz(request: Request) -> JSONResponse:
+        ready = state.readiness.ready
+        code = 200 if ready else 503  # not ready until the call path is warm (voice.warmup)
+        status = {"status": "ok"} if ready else {"status": "warming",
+                                                 "reason": state.readiness.reason}
         if locked and not has_key(request):
-            return JSONResponse({"status": "ok"})  # liveness only; details need a key
+            return JSONResponse(status, status_code=code)  # readiness only; details need a key
         return JSONResponse(
             {
-                "status": "ok",
+                **status,
+                "warm_up": state.readiness.as_dict(),
                 "model": state.model_name,
                 "asr": getattr(state.asr, "name", None),
                 "tts": getattr(state.tts, "name", None),
@@ -187,7 +184,8 @@ def create_app(state: AppState) -> FastAPI:
                 # what this server runs on, so a load generator elsewhere (bench --url) can
                 # report the server's machine rather than its own
                 **_self_description(),
-            }
+            },
+            status_code=code,
         )
 
     @app.get("/metrics")

@@ -64,6 +64,7 @@ class AppState:
     client_slots: Any = None  # voice.call_limits.ClientSlots: /ws sessions per client IP
     session_tokens: Any = None  # voice.access.SessionTokens: short-lived /ws credentials
     loop_lag: Any = None  # voice.loop_lag.LoopLag, started by the app's lifespan
+    readiness: Any = None  # voice.warmup.Readiness: /healthz 503 until the call path is warm
     # voice.scale.workers.WorkerAdmission when this process is one of `serve --workers N`
     shared_admission: Any = None
     # voice.scale.phone_calls.WorkerPhoneCalls with `serve --workers N` (one stream per call and
@@ -73,7 +74,10 @@ class AppState:
     def __post_init__(self) -> None:
         from diffvoice.voice.access import SessionTokens
         from diffvoice.voice.call_limits import ClientSlots
+        from diffvoice.voice.warmup import Readiness
 
+        if self.readiness is None:
+            self.readiness = Readiness()
         if self.client_slots is None:
             self.client_slots = ClientSlots(getattr(self.config, "max_sessions_per_ip", 8))
         if self.session_tokens is None:

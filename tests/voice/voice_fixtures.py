@@ -102,6 +102,15 @@ class LiveServer(UvicornThread):
         self.state = state
         super().__init__(create_app(state), ws_max_size=1 << 20)
 
+    def __enter__(self):
+        super().__enter__()
+        deadline = time.monotonic() + scaled(60)
+        while not self.state.readiness.ready:  # /healthz 200: the call path is warm
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not ready: {self.state.readiness.reason}")
+            time.sleep(0.02)
+        return self
+
 
 @dataclass(frozen=True)
 class RouterConfig:
