@@ -100,7 +100,10 @@ class ServeConfig(SessionLimits):
     )
     smart_turn: bool = field(
         default=False,
-        metadata=_help("also run pipecat's bundled smart-turn model to decide end of turn"),
+        metadata=_help(
+            "weigh the sound of the caller's turn too (pipecat's bundled Smart Turn v3.2, one "
+            "shared ONNX session): complete words wait when it says the caller is mid-thought"
+        ),
     )
     turn_window_secs: float = field(
         default=1.0,

@@ -207,7 +207,7 @@ class DiffusionLLMService(LLMService):
         one): it is the one to abort."""
         self._current_request_id = request_id
 
-    def _params_for(self, context: LLMContext):
+    def params_for(self, context: LLMContext):
         """The service's SamplingParams plus the context's tools and tool_choice (if any)."""
         tools = context.tools
         if not is_given(tools) or not tools or not tools.standard_tools:
@@ -230,7 +230,7 @@ class DiffusionLLMService(LLMService):
 
         request_id = f"{self._request_prefix}-{next(_request_counter)}"
         messages = context_to_messages(context.get_messages(), self._system_prompt)
-        params = self._params_for(context)
+        params = self.params_for(context)
         call = None
         draft = self.drafts.take(messages) if self.drafts is not None else None
         if draft is not None and params != self._params:

@@ -26,7 +26,8 @@ Contract (stable; the telephony helper builds on it):
     ) -> tuple[pipecat.pipeline.pipeline.Pipeline, pipecat.pipeline.worker.PipelineWorker]
 
 Turn end (voice.turn_end): the VAD reports pauses after `stop_secs`; the turn ends at once when
-the transcript is a complete utterance and (with eager drafts) its draft is ready, else
+the transcript is complete (its words, the agent's last question, and with `smart_turn` the
+sound of the turn: voice.smart_turn) and (with eager drafts) its draft is ready, else
 `turn_window_secs` after the caller's end of speech. With eager drafts an EagerDrafter between
 ASR and the user aggregator drafts answers from interim transcripts (voice.drafting).
 
@@ -56,10 +57,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
 )
 from pipecat.processors.filters.function_filter import FunctionFilter
 from pipecat.transports.base_transport import BaseTransport
-from pipecat.turns.user_stop import (
-    SpeechTimeoutUserTurnStopStrategy,
-    TurnAnalyzerUserTurnStopStrategy,
-)
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import (
     UserTurnStrategies,
     default_user_turn_start_strategies,
@@ -70,6 +68,7 @@ from diffvoice.voice.eager_drafter import EagerDrafter
 from diffvoice.voice.frame_tap import FrameTap
 from diffvoice.voice.llm_service import DiffusionLLMService
 from diffvoice.voice.receptionist.setup import agent_of
+from diffvoice.voice.smart_turn import shared_smart_turn
 from diffvoice.voice.speech_vad import SpeechTrackingVAD
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.vad_aligned import WINDOW_SECS, VadAlignedInput
@@ -80,19 +79,35 @@ OnLatency = Callable[[dict], None]
 OnEvent = Callable[[protocol.Event], Awaitable[None]]
 
 
-def _turn_strategies(smart_turn: bool, meaning: MeaningTurnStopStrategy | None = None
-                     ) -> UserTurnStrategies:
-    if smart_turn:
-        from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
-
-        stop = [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
-    elif meaning is not None:
+def _turn_strategies(meaning: MeaningTurnStopStrategy | None = None) -> UserTurnStrategies:
+    if meaning is not None:
         stop = [meaning]
     else:
         # the VAD's stop_secs already is the silence window: end the turn as soon as the VAD
         # stopped and the (finalized) transcript is in
         stop = [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.0)]
     return UserTurnStrategies(start=default_user_turn_start_strategies(), stop=stop)
+
+
+def served_llm(state, **kwargs) -> DiffusionLLMService:
+    """The LLM service a call answers with: ServeConfig's prompt and sampling, the state's
+    overrides, the server's agent (agent.pipeline: the BEFORE and AFTER rules); `kwargs`:
+    request_prefix, draft_context, ... (voice.warmup serves its warm-up answer through it)."""
+    config = state.config
+    return DiffusionLLMService(
+        state.engine, system_prompt=config.system_prompt, max_new_tokens=config.max_new_tokens,
+        steps_per_block=config.steps_per_block, sampling_overrides=state.llm_overrides,
+        agent=agent_of(state), **kwargs)
+
+
+def last_question(context: LLMContext) -> str | None:
+    """The agent's last words in the call, if the last message is the agent's (the caller's
+    next words may answer it)."""
+    messages = context.get_messages()
+    if not messages or messages[-1].get("role") != "assistant":
+        return None
+    content = messages[-1].get("content")
+    return content if isinstance(content, str) else None
 
 
 async def _not_caller_audio(frame: Frame) -> bool:
@@ -157,16 +172,8 @@ def build_pipeline(
     receptionist = getattr(state, "receptionist", None)
     context = (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
                else LLMContext(messages=[]))
-    llm = DiffusionLLMService(
-        state.engine,
-        system_prompt=config.system_prompt,
-        max_new_tokens=config.max_new_tokens,
-        steps_per_block=config.steps_per_block,
-        sampling_overrides=state.llm_overrides,
-        request_prefix=f"voice-{session_id}",
-        draft_context=context if eager_drafts else None,
-        agent=agent_of(state),  # the agent's rules (agent.pipeline), ServeConfig's
-    )
+    llm = served_llm(state, request_prefix=f"voice-{session_id}",
+                     draft_context=context if eager_drafts else None)
     if receptionist is not None:  # the appointment book's tools run inside this call,
         # as its caller: bookings belong to the transport's identity (agent.owner;
         # a phone number from Twilio's signed webhook, else this session), never to words
@@ -176,11 +183,13 @@ def build_pipeline(
         speech_end=lambda: vad.last_speech_t, hearing_speech=lambda: vad.hearing_speech,
         silence_heard=lambda: vad.silence_secs,
         draft_ready=llm.drafts.drafting if llm.drafts is not None else None,
+        asked=lambda: last_question(context),
+        smart_turn=shared_smart_turn() if config.smart_turn else None,
     )  # fmt: skip
     aggregators = LLMContextAggregatorPair(
         context,
         user_params=LLMUserAggregatorParams(
-            vad_analyzer=vad, user_turn_strategies=_turn_strategies(config.smart_turn, meaning)
+            vad_analyzer=vad, user_turn_strategies=_turn_strategies(meaning)
         ),
     )
     tracker = TurnTracker(

@@ -1,16 +1,17 @@
-"""`MeaningTurnStopStrategy`: end the caller's turn as soon as what they said is a complete
-utterance (and its eager draft is ready), otherwise after the full silence window.
+"""`MeaningTurnStopStrategy`: end the caller's turn at a short pause when what they said is
+complete, by its words and (optionally) by its sound, and its eager draft is ready; otherwise after
+the full silence window.
 
 A pipecat 1.14 user-turn stop strategy (replaces SpeechTimeoutUserTurnStopStrategy). The VAD runs
 with a short `stop_secs` (e.g. 0.2 s) so that it reports pauses; on each VAD stop this strategy
 decides, polling every 10 ms:
 * the caller resumed (VAD start) -> nothing ends; speech the VAD hears but has not confirmed yet
   (`hearing_speech()`, the analyser's STARTING state) holds the decision back too;
-* a transcript is in, `looks_complete(text)` and `draft_ready(text)` (when drafting is on: a
-  draft for exactly this text is running or done, voice.drafting) -> the turn ends now (fast
-  path; the draft is promoted and streams as soon as it has text);
+* a transcript is in and the turn is complete (below) and `draft_ready(text)` (when drafting is
+  on: a draft for exactly this text is running or done, voice.drafting) -> the turn ends now
+  ("fast"; the draft is promoted and streams as soon as it has text);
 * `window_secs` of silence after the caller's last speech with a transcript in -> the turn ends
-  (the full window: pauses inside a sentence, "what time, um, do you open", stay within it).
+  ("window": pauses inside a sentence, "what time, um, do you open", stay within it).
   The silence is counted in stream time when `silence_heard()` gives it (the VAD's analysed
   audio since its last speech window, confirmed or not: a short "um" the VAD never confirmed
   restarts it, and a VAD lagging behind under load never counts silence it has not analysed);
@@ -20,10 +21,17 @@ decides, polling every 10 ms:
   behind, or audio that stopped coming, must not leave the caller without an answer);
 * no transcript `transcript_timeout_secs` after the window -> nothing (noise is not a turn;
   pipecat's own stop watchdog still applies).
-`looks_complete` is a small heuristic: at least two words, not ending on a filler, a
-conjunction, an article, a preposition or a trailing comma, and a question that opens with a
-question word has a verb ("what time" / "how much" are not questions yet). Knows nothing about
-the engine.
+
+Complete, at a pause (`TurnSignals`, thresholds calibrated in docs/latency/turn-taking.md):
+* words: `looks_complete(text)`, a small heuristic: at least two words, not ending on a filler, a
+  conjunction, an article, a preposition or a trailing comma, and a question that opens with a
+  question word has a verb ("what time" / "how much" are not questions yet); or, right after the
+  agent asked a question (`asked()`: its last words end with "?"), a one-word answer that is not
+  a filler ("tuesday", "yes", a name);
+* sound (with `smart_turn`, voice.smart_turn: P(complete) of the turn's audio at this pause):
+  complete words end the turn unless the sound says the caller is mid-thought
+  (P < `signals.veto`).
+Knows nothing about the engine.
 """
 
 from __future__ import annotations
@@ -32,10 +40,12 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from loguru import logger
 from pipecat.frames.frames import (
     Frame,
+    InputAudioRawFrame,
     TranscriptionFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -65,16 +75,41 @@ VERBS = frozenset(
 _WORD = re.compile(r"[a-z0-9']+(?:-[a-z0-9']+)*")  # "doo-o-o" (a stutter) is one word
 
 
-def looks_complete(text: str) -> bool:
+def _words(text: str) -> list[str] | None:
+    """The words, or None when the text ends on a comma, dash or ellipsis (more is coming)."""
     stripped = text.strip()
     if not stripped or stripped.endswith((",", "-", "...", "\u2026", ";", ":")):
+        return None
+    return _WORD.findall(stripped.lower().replace("\u2019", "'"))
+
+
+def looks_complete(text: str, asked: str | None = None) -> bool:
+    """Complete by its words; `asked`: the agent's last words (a question makes a one-word
+    answer complete)."""
+    words = _words(text)
+    if not words or words[-1] in INCOMPLETE_TAIL:
         return False
-    words = _WORD.findall(stripped.lower().replace("\u2019", "'"))
-    if len(words) < 2 or words[-1] in INCOMPLETE_TAIL:
-        return False
+    if len(words) == 1:
+        return bool(asked) and asked.rstrip().endswith("?")
     if words[0] in QUESTION_WORDS:
         return any(w in VERBS or w.endswith(("'s", "'re")) for w in words[1:])
     return True
+
+
+@dataclass(frozen=True)
+class TurnSignals:
+    """How the sound weighs in at a pause: complete words wait when P(complete) by sound is
+    below `veto` (None: the words alone). 0.2 was chosen on the development set of
+    `python -m diffvoice.latency_bench.turn_signals` (docs/latency/turn-taking.md); letting a
+    sure sound end a turn whose words are not complete did not earn its place there (more false
+    cut-offs for almost no earlier ends), so there is no such rule."""
+
+    veto: float | None = 0.2
+
+    def complete(self, words_complete: bool, p: float | None) -> bool:
+        if not words_complete:
+            return False
+        return p is None or self.veto is None or p >= self.veto
 
 
 class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
@@ -87,7 +122,10 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         hearing_speech: Callable[[], bool] = lambda: False,
         silence_heard: Callable[[], float | None] = lambda: None,
         draft_ready: Callable[[str], bool] | None = None,
-        complete: Callable[[str], bool] = looks_complete,
+        complete: Callable[..., bool] = looks_complete,
+        asked: Callable[[], str | None] = lambda: None,
+        smart_turn=None,
+        signals: TurnSignals | None = None,
         transcript_timeout_secs: float = 3.0,
         clock: Callable[[], float] = time.time,
         **kwargs,
@@ -102,6 +140,12 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._silence_heard = silence_heard
         self._draft_ready = draft_ready
         self._complete = complete
+        self._asked = asked
+        self._smart_turn = smart_turn  # voice.smart_turn.SmartTurn, or None: words alone
+        self._signals = signals or TurnSignals()
+        self._audio = None  # voice.smart_turn.TurnAudio, made at the first audio frame
+        self._p: float | None = None  # P(complete) by sound at the last pause
+        self._p_task: asyncio.Task | None = None
         self._transcript_timeout = transcript_timeout_secs
         self._clock = clock
         self._text = ""
@@ -109,20 +153,38 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._task: asyncio.Task | None = None
         self.decisions: list[str] = []  # "fast" / "window" / "late" per ended turn
         self.waited_secs: list[float] = []  # VAD stop -> turn end, per ended turn
+        self.sound: list[float | None] = []  # P(complete) by sound when each turn ended
 
     async def handle_user_turn_started(self):
         await self._reset()
 
     async def handle_user_turn_stopped(self):
         await self._reset()
+        if self._audio is not None:
+            self._audio.clear()  # the next turn is judged on its own sound
 
     async def cleanup(self):
         await super().cleanup()
         await self._cancel()
+        await self._cancel_sound()
 
     async def _reset(self):
         self._text = ""
         await self._cancel()
+
+    async def _cancel_sound(self):
+        self._p = None
+        if self._p_task is not None:
+            task, self._p_task = self._p_task, None
+            await self.task_manager.cancel_task(task)
+
+    async def _judge_sound(self) -> None:
+        """P(complete) of the turn's audio so far (at this pause), off the event loop."""
+        audio = self._audio
+        try:
+            self._p = await self._smart_turn.probability(audio.pcm(), audio.sample_rate)
+        except Exception as e:  # the words still decide
+            logger.warning(f"{self}: smart-turn failed ({e!r}); deciding on words alone")
 
     async def _cancel(self):
         if self._task is not None:
@@ -130,11 +192,23 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
             await self.task_manager.cancel_task(task)
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
-        if isinstance(frame, VADUserStartedSpeakingFrame):
+        if isinstance(frame, InputAudioRawFrame):
+            if self._smart_turn is not None and frame.audio:
+                if self._audio is None:
+                    from diffvoice.voice.smart_turn import TurnAudio
+
+                    self._audio = TurnAudio(frame.sample_rate)
+                self._audio.append(frame.audio)
+        elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._vad_speaking = True
             await self._cancel()
+            await self._cancel_sound()
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._vad_speaking = False
+            if self._smart_turn is not None and self._audio is not None:
+                await self._cancel_sound()
+                self._p_task = self.task_manager.create_task(self._judge_sound(),
+                                                             f"{self}::sound")
             await self._start(self._clock())
         elif isinstance(frame, TranscriptionFrame) and frame.text.strip():
             self._text = f"{self._text} {frame.text.strip()}".strip()
@@ -161,7 +235,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
             window_over = now >= deadline if silence is None else silence >= self._window
             held = self._hearing_speech()
             if self._text and not held:
-                if self._complete(self._text) and (
+                if self._complete_now() and (
                     self._draft_ready is None or self._draft_ready(self._text)
                 ):
                     return await self._end("fast", now - stop_t)
@@ -177,10 +251,20 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
                 return
             await asyncio.sleep(POLL_SECS)
 
+    def _complete_now(self) -> bool:
+        words = self._complete(self._text, self._asked())
+        if self._smart_turn is None or not words:
+            return words
+        task = self._p_task
+        if task is not None and not task.done():
+            return False  # the sound's verdict is due within tens of ms: wait for it
+        return self._signals.complete(words, self._p)
+
     async def _end(self, how: str, waited_secs: float) -> None:
         logger.debug(f"{self}: turn ends ({how}) {waited_secs:.3f} s after the VAD stop: "
                      f"{self._text!r}")
         self._task = None
         self.decisions.append(how)
         self.waited_secs.append(waited_secs)
+        self.sound.append(self._p)
         await self.trigger_user_turn_stopped()

@@ -59,8 +59,8 @@ class CountingEngine:
         return getattr(self._engine, name)
 
 
-def _pipeline(engine, window_secs=0.8, stop_secs=0.2, **strategy_kwargs):
-    context = LLMContext(messages=[])
+def _pipeline(engine, window_secs=0.8, stop_secs=0.2, context=None, **strategy_kwargs):
+    context = context if context is not None else LLMContext(messages=[])
     llm = DiffusionLLMService(engine, system_prompt=SYSTEM, max_new_tokens=16,
                               sampling_overrides=RANDOM_LLM, request_prefix="t",
                               draft_context=context)

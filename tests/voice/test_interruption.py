@@ -24,7 +24,8 @@ def long_answer_server(random_engine):
     from diffvoice.voice.config import ServeConfig
     from diffvoice.voice.state import AppState
 
-    config = ServeConfig(port=0, model="random-sdar", asr=str(TINY_WHISPER), stop_secs=0.4)
+    config = ServeConfig(port=0, model="random-sdar", asr=str(TINY_WHISPER), stop_secs=0.4,
+                         smart_turn=True)  # the sound of the turn weighs in (voice.turn_end)
     asr = resolve_asr(config.asr, "cpu", no_speech_threshold=None, max_new_tokens=8)
     state = AppState.create(config, random_engine, asr=asr, llm_overrides=LONG_ANSWER)
     with LiveServer(state) as server:

@@ -20,7 +20,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from test_drafting import CountingEngine, _pipeline
 from voice_fixtures import scaled
 
-from diffvoice.voice.turn_end import MeaningTurnStopStrategy, looks_complete
+from diffvoice.voice.turn_end import TurnSignals, looks_complete
 
 
 def _one_segment(text: str) -> list:
@@ -73,9 +73,36 @@ def test_looks_complete(text, complete):
     assert looks_complete(text) is complete
 
 
-def test_window_must_cover_the_vad_pause():
-    with pytest.raises(ValueError, match="window_secs"):
-        MeaningTurnStopStrategy(window_secs=0.1, stop_secs=0.2)
+@pytest.mark.parametrize(
+    "text, asked, complete",
+    [
+        ("tuesday", "What day would suit you?", True),
+        ("Yes.", "Shall I book it?", True),
+        ("maria", "May I have your name?", True),
+        ("um", "What day would suit you?", False),  # a filler answers nothing
+        ("the", "What day would suit you?", False),
+        ("tuesday", "Your cleaning is booked.", False),  # not a question: no answer expected
+        ("tuesday", None, False),
+        ("next tuesday", None, True),  # two words: the words alone decide, as before
+    ],
+)
+def test_a_one_word_answer_is_complete_only_after_a_question(text, asked, complete):
+    assert looks_complete(text, asked) is complete
+
+
+@pytest.mark.parametrize(
+    "words, p, complete",
+    [
+        (True, None, True),  # no sound: the words decide
+        (False, None, False),
+        (True, 0.5, True),
+        (True, 0.05, False),  # the sound says mid-thought: veto
+        (False, 0.99, False),  # a sure sound never completes words that are not
+    ],
+)
+def test_words_and_sound_combine(words, p, complete):
+    assert TurnSignals(veto=0.2).complete(words, p) is complete
+    assert TurnSignals(veto=None).complete(words, p) is words  # the veto turned off
 
 
 async def test_a_pause_inside_a_sentence_does_not_end_the_turn(random_engine):

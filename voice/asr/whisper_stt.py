@@ -7,9 +7,11 @@ Per VAD segment (frame contract: voice.asr.streaming_stt) one worker runs passes
   `min_new_audio_secs` of audio arrived since the last pass or the caller paused for
   `pause_secs` (energy below the segment's speech level; see streaming_stt.Segment);
 - interim passes of one call start at most `max_passes_per_sec` per second and never overlap
-  (the next waits for the previous); across calls a `PassBudget` (one per loaded model, slots = the
-  model's parallel workers) caps passes in flight: a due interim pass finding no free slot
-  is skipped and retried later, so under load each call runs fewer passes;
+  (the next waits for the previous), except a pass due at a pause, which starts at once (the
+  turn may end at that pause: its transcript must be ready then); across calls a `PassBudget`
+  (one per loaded model, slots = the model's parallel workers) caps passes in flight: a due
+  interim pass finding no free slot is skipped and retried later, so under load each call runs
+  fewer passes;
 - each pass's text goes through `LocalAgreement(n=2)`; with `prefix_confirmed` the confirmed
   words are forced as the decoder's prefix (fewer tokens to decode, no flicker of words
   already agreed). The interim transcript is confirmed + newest tail, pushed when it changed;
@@ -142,8 +144,8 @@ class WhisperSTT(StreamingSegmentSTT):
             if not due:
                 await segment.wait_changed(None)
                 continue
-            if wait > 0:
-                await segment.wait_changed(wait)
+            if wait > 0 and not paused:  # a pause is heard at once: the transcript is ready
+                await segment.wait_changed(wait)  # when the turn may end there
                 continue
             if end - frozen_at > opts.max_window_secs * rate and last_text is not None:
                 frozen_text, frozen_at = joined(last_text), covered

@@ -88,7 +88,7 @@ async def run_with_silero(stt, pcm: bytes, *, stop_secs: float = 0.3, pace: floa
     aggregators = LLMContextAggregatorPair(
         LLMContext(messages=[]),
         user_params=LLMUserAggregatorParams(
-            vad_analyzer=vad, user_turn_strategies=_turn_strategies(smart_turn=False)
+            vad_analyzer=vad, user_turn_strategies=_turn_strategies()
         ),
     )
     pipeline = Pipeline([stt, FrameTap("stt", heard), aggregators.user()])

@@ -1,6 +1,7 @@
 """WhisperSTT's streaming policy with a fake decoder (tests/voice/asr/fake_whisper.py): the
-final reuses the last pass when nothing was said after it, passes respect the per-call cap and
-the shared budget. Audio is a loud tone (speech) and zeros (pauses); VAD frames are explicit."""
+final reuses the last pass when nothing was said after it, passes respect the per-call cap
+(except the pass due at a pause) and the shared budget. Audio is a loud tone (speech) and
+zeros (pauses); VAD frames are explicit."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ async def test_final_reuses_the_last_pass_when_nothing_came_after_it():
 
 async def test_speech_after_the_last_pass_gets_a_final_pass():
     runner = FakeRunner()
-    # one pass per 2.5 s: the pass at 0.5 s is the only one before the VAD stop at ~1.9 s
-    stt = _stt(runner, min_new_audio_secs=0.5, max_passes_per_sec=0.4)
+    # one pass per 2.5 s: the pass at 0.5 s is the only one before the VAD stop at ~1.9 s (the
+    # 0.4 s of silence is shorter than pause_secs: no pause pass)
+    stt = _stt(runner, min_new_audio_secs=0.5, pause_secs=0.5, max_passes_per_sec=0.4)
     audio = tone(1.5) + silence(0.4)
     heard = await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.3)])
     finals = heard.of(TranscriptionFrame)
@@ -47,6 +49,21 @@ async def test_speech_after_the_last_pass_gets_a_final_pass():
     assert finals[0].text == " ".join(WORDS[:15])
     interims = heard.of(InterimTranscriptionFrame)
     assert interims and interims[0].text == " ".join(WORDS[:5])
+
+
+async def test_a_pause_gets_its_pass_at_once_despite_the_cap():
+    """The turn may end at a pause: its transcript is made then, not at the next cadence slot,
+    and the final reuses it."""
+    runner = FakeRunner()
+    # one pass per 2.5 s: without the pause rule the pass at 0.5 s would be the last before
+    # the VAD stop, and the final would need a pass of its own
+    stt = _stt(runner, min_new_audio_secs=0.5, pause_secs=0.2, max_passes_per_sec=0.4)
+    audio = tone(0.9) + silence(0.8)
+    heard = await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.6)])
+    assert [p["final"] for p in stt.pass_log] == [False, False]
+    gap = stt.pass_log[1]["started"] - stt.pass_log[0]["started"]
+    assert gap < 1.0, gap  # started at the pause, well inside the 2.5 s cadence
+    assert heard.of(TranscriptionFrame)[0].text == " ".join(WORDS[:9])
 
 
 async def test_passes_per_second_are_capped():

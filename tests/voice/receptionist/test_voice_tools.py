@@ -50,7 +50,7 @@ def server(random_engine, tmp_path_factory):
 def decides_to_call(monkeypatch):
     from diffvoice.voice.llm_service import DiffusionLLMService
 
-    real = DiffusionLLMService._params_for
+    real = DiffusionLLMService.params_for
 
     def params_for(self, context):
         params = real(self, context)
@@ -61,7 +61,7 @@ def decides_to_call(monkeypatch):
                 "type": "function", "function": {"name": "book_appointment"}})
         return params
 
-    monkeypatch.setattr(DiffusionLLMService, "_params_for", params_for)
+    monkeypatch.setattr(DiffusionLLMService, "params_for", params_for)
 
 
 async def test_a_spoken_turn_calls_the_book_and_speaks_the_outcome(server, speech,
