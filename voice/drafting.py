@@ -3,14 +3,16 @@
 Contract:
 * `propose(text)` starts a low-priority engine request (`engine.generate(..., draft=True)`) for
   the messages the real answer would use if the caller's turn ended with `text` (the call's
-  context + `text` as the user message, the same system prompt and sampling parameters as the
-  LLM service). A draft for the same normalised messages is kept; a different one replaces the
-  current draft, which is aborted. Drafts collect their deltas in the background.
+  context + `text` as the user message, the same system prompt), asked with the parameters the
+  real answer would have (`params(messages)`: the call's tools and tool_choice too). A draft for
+  the same normalised messages is kept; a different one replaces the current draft, which is
+  aborted. Drafts collect their deltas in the background.
 * `ready(text)`: the current draft answers `text` and has text to speak (or finished cleanly);
   `drafting(text)`: the current draft was made for `text` (running, done, or refused by a busy
   engine — then the answer is simply a normal request): nothing is gained by waiting.
-* `take(messages)` is called by the LLM service when the turn ends: if the current draft was
-  made for exactly these messages (normalised: case, punctuation, whitespace), it is promoted to
+* `take(messages, params)` is called by the LLM service when the turn ends: if the current draft
+  was made for exactly these messages (normalised: case, punctuation, whitespace) and these
+  parameters (a draft asked without the turn's tools is not its answer), it is promoted to
   a real request and returned — the caller streams `draft.stream()` instead of asking the engine
   again; otherwise it is aborted and None is returned. Either way the turn's draft accounting
   (`last_turn`: drafts started, draft used, extra engine passes of discarded drafts) is closed.
@@ -50,9 +52,11 @@ def messages_key(messages: list[dict]) -> tuple:
 class Draft:
     """One speculative engine request and the deltas it has produced so far."""
 
-    def __init__(self, request_id: str, messages: list[dict], text: str) -> None:
+    def __init__(self, request_id: str, messages: list[dict], text: str,
+                 params: Any = None) -> None:
         self.request_id = request_id
         self.messages = messages
+        self.params = params  # the SamplingParams it was asked with (tools included)
         self.key = messages_key(messages)
         self.text = text
         self.deltas: list[Any] = []  # engine Deltas, in order (text-bearing and the final one)
@@ -131,6 +135,8 @@ class DraftManager:
     ) -> None:
         self._engine = engine
         self._rewrite = rewrite  # the agent's BEFORE rules (agent.pipeline.Agent.rewrite)
+        # SamplingParams, or params(context messages with the new user turn) -> SamplingParams:
+        # what the real answer would be asked with (a call's tools and tool_choice)
         self._params = params
         self._get_context_messages = get_context_messages
         self._system_prompt = system_prompt
@@ -153,7 +159,10 @@ class DraftManager:
         if self.current is not None and self.current.key == key and self.current.usable:
             return self.current
         self.cancel("redraft")
-        draft = Draft(f"{self._prefix}-draft-{next(_draft_counter)}", messages, text)
+        params = self._params
+        if callable(params):
+            params = params([*self._get_context_messages(), {"role": "user", "content": text}])
+        draft = Draft(f"{self._prefix}-draft-{next(_draft_counter)}", messages, text, params)
         draft.task = asyncio.get_running_loop().create_task(
             self._run(draft), name=f"draft-{draft.request_id}")
         self._tasks.add(draft.task)
@@ -172,12 +181,14 @@ class DraftManager:
         draft = self.current
         return draft is not None and draft.key == messages_key(self.messages_for(text))
 
-    def take(self, messages: list[dict]) -> Draft | None:
-        """The draft made for exactly `messages` (promoted to a real request), else None."""
+    def take(self, messages: list[dict], params: Any = None) -> Draft | None:
+        """The draft made for exactly `messages` (and, given, `params`: a draft asked without
+        the turn's tools is not its answer), promoted to a real request; else None."""
         draft, self.current = self.current, None
         turn, self._turn = self._turn, TurnDrafts()
         self.last_turn = turn
-        if draft is not None and draft.usable and draft.key == messages_key(messages):
+        if (draft is not None and draft.usable and draft.key == messages_key(messages)
+                and (params is None or draft.params == params)):
             # promote() fails only if the engine shed the draft a moment ago
             if draft.done or self._engine.promote(draft.request_id):
                 draft.taken = True
@@ -221,7 +232,7 @@ class DraftManager:
             if self._rewrite is not None:  # as the real answer would be asked (off the loop)
                 asked = await asyncio.to_thread(self._rewrite, draft.messages)
             async for delta in self._engine.generate(
-                asked, self._params, request_id=draft.request_id, draft=True
+                asked, draft.params, request_id=draft.request_id, draft=True
             ):
                 draft._push(delta)
                 if delta.finished:

@@ -150,8 +150,9 @@ class DiffusionLLMService(LLMService):
         self.drafts = None
         self.last_answer = AnswerInfo()
         if draft_context is not None:
-            self.drafts = DraftManager(
-                engine, self._params, get_context_messages=draft_context.get_messages,
+            self.drafts = DraftManager(  # asked as the turn's answer would be (its tools too)
+                engine, lambda messages: self.params_for(draft_context, messages),
+                get_context_messages=draft_context.get_messages,
                 system_prompt=system_prompt, request_prefix=request_prefix,
                 rewrite=agent.rewrite if agent is not None and agent.before else None)
 
@@ -207,8 +208,9 @@ class DiffusionLLMService(LLMService):
         one): it is the one to abort."""
         self._current_request_id = request_id
 
-    def params_for(self, context: LLMContext):
-        """The service's SamplingParams plus the context's tools and tool_choice (if any)."""
+    def params_for(self, context: LLMContext, messages: list[dict] | None = None):
+        """The service's SamplingParams plus the context's tools and tool_choice (if any), for
+        the context's messages (or `messages`: a draft's, with the user turn not yet in it)."""
         tools = context.tools
         if not is_given(tools) or not tools or not tools.standard_tools:
             return self._params
@@ -217,7 +219,7 @@ class DiffusionLLMService(LLMService):
         if is_given(choice) and choice is not None:
             fields["tool_choice"] = choice
         # a voice turn makes at most `tool_calls_per_turn` calls, then says the outcome
-        messages = context.get_messages()
+        messages = context.get_messages() if messages is None else messages
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"),
                         default=-1)
         results = sum(1 for m in messages[last_user + 1:] if m.get("role") == "tool")
@@ -232,11 +234,7 @@ class DiffusionLLMService(LLMService):
         messages = context_to_messages(context.get_messages(), self._system_prompt)
         params = self.params_for(context)
         call = None
-        draft = self.drafts.take(messages) if self.drafts is not None else None
-        if draft is not None and params != self._params:
-            # drafts are made without the context's tools; a tool-carrying turn answers afresh
-            self._engine.abort(draft.request_id)
-            draft = None
+        draft = self.drafts.take(messages, params) if self.drafts is not None else None
         answer = self.last_answer = AnswerInfo(
             self.drafts.last_turn if self.drafts is not None else None)
         last = context.get_messages()[-1:]

@@ -143,6 +143,49 @@ async def test_a_draft_for_other_messages_is_aborted_and_the_answer_is_a_new_req
     assert llm.last_answer.as_dict()["draft_hit"] is False
 
 
+def _booking_tools():
+    from pipecat.adapters.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.schemas.tools_schema import ToolsSchema
+
+    return ToolsSchema(standard_tools=[FunctionSchema(
+        name="book", description="Book a visit", properties={"day": {"type": "string"}},
+        required=["day"])])
+
+
+async def test_a_call_with_tools_drafts_with_them_and_its_draft_is_the_answer(random_engine):
+    """A call with tools (the receptionist's, on every voice call) drafts with those tools, so
+    the draft is the turn's answer: one engine request, the draft's."""
+    engine = CountingEngine(random_engine)
+    context = LLMContext(messages=[], tools=_booking_tools())
+    pipeline, llm, _ = _pipeline(engine, context=context)
+    frames = _speak(["what time do you open on saturday"],
+                    "What time do you open on Saturday?") + [SleepFrame(scaled(1.5))]
+    down, _ = await run_test(pipeline, frames_to_send=frames)
+    await _wait_idle(random_engine)
+    used = llm.last_answer.turn.used
+    assert used is not None and [t["function"]["name"] for t in used.params.tools] == ["book"]
+    assert [r for r, is_draft in engine.requests if not is_draft] == []  # nothing asked again
+    assert used.request_id == engine.requests[-1][0]
+
+
+async def test_a_draft_asked_without_the_turns_tools_is_not_its_answer(random_engine):
+    """A draft made before the call had tools is not the answer of a turn that has them, and the
+    turn says so (no draft hit)."""
+    engine = CountingEngine(random_engine)
+    context = LLMContext(messages=[])
+    llm = DiffusionLLMService(engine, system_prompt=SYSTEM, max_new_tokens=16,
+                              sampling_overrides=RANDOM_LLM, request_prefix="t",
+                              draft_context=context)
+    stale = llm.drafts.propose("are you open on monday")
+    context.set_tools(_booking_tools())
+    context.add_message({"role": "user", "content": "Are you open on Monday?"})
+    down, _ = await run_test(llm, frames_to_send=[LLMContextFrame(context)])
+    await _wait_idle(random_engine)
+    assert [is_draft for _, is_draft in engine.requests] == [True, False]
+    assert llm.last_answer.turn.discarded == [stale]
+    assert llm.last_answer.as_dict()["draft_hit"] is False
+
+
 async def test_interruption_cancels_the_draft(random_engine):
     engine = CountingEngine(random_engine)
     pipeline, llm, _ = _pipeline(engine)
