@@ -17,7 +17,7 @@ TORCH_INSTALL ?= yes
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix clean
+.PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix bench-voice-turns clean
 
 # The runtime venv: torch first (from TORCH_INDEX when given, see above), then the project,
 # whose torch range the installed build already satisfies. Re-run whenever pyproject.toml changes.
@@ -71,6 +71,13 @@ bench-voice-matrix: setup system-deps
 	$(VENV)/bin/diffvoice bench voice --matrix "drafting=off,on asr=pocketsphinx,whisper-tiny.en" \
 	  --concurrency 1,4 --min-turns 16 --corpus mixed --bot-quiet-s 1.0 --pause-s 0.3 \
 	  --out docs/latency/voice-drafting-cpu.json
+
+# turn-taking: the turns corpus (plain, paused, lists, slot answers) in espeak-ng and hold-out
+# Kokoro voices, Smart Turn off/on, 1 and 4 callers, 60 turns a point (~25 min on 2 cores)
+bench-voice-turns: setup system-deps
+	$(VENV)/bin/diffvoice bench voice --corpus turns --kokoro-voices jm_kumo,jf_gongitsune \
+	  --concurrency 1,4 --min-turns 60 --matrix "smart_turn=off,on" --bot-quiet-s 1.0 \
+	  --pause-s 0.3 --out docs/latency/voice-turns-cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

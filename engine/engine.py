@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,10 +168,12 @@ class Engine:
 
     async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None,
-                       chat_template_kwargs: dict | None = None, *, draft: bool = False
-                       ) -> AsyncIterator[Delta]:
+                       chat_template_kwargs: dict | None = None, *,
+                       draft: bool | Callable[[], bool] = False) -> AsyncIterator[Delta]:
         """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
-        finish_reason "shed"; more than max_drafts in flight raises DraftRefused."""
+        finish_reason "shed"; more than max_drafts in flight raises DraftRefused. A callable
+        `draft` is asked once, when the request is handed to the worker (after its preparation):
+        a caller that has meanwhile decided it wants the answer says False (see promote)."""
         params = params or self.config.default_params
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
@@ -199,7 +201,8 @@ class Engine:
         with self._lock:
             if self._closed:
                 raise RuntimeError("engine is closed")
-            self._pending.append(_Pending(rid, messages, params, chat_template_kwargs, draft,
+            is_draft = bool(draft()) if callable(draft) else draft
+            self._pending.append(_Pending(rid, messages, params, chat_template_kwargs, is_draft,
                                           caller, seq))
             self._wake.notify()
         finished = False
@@ -228,8 +231,13 @@ class Engine:
             self._wake.notify()
 
     def promote(self, request_id: str) -> bool:
-        """A draft becomes a real request (its caller now waits for it); False if it is gone."""
+        """A draft becomes a real request (its caller now waits for it); False if it is gone
+        (or not handed to the worker yet: a callable `draft` of generate() covers that)."""
         with self._lock:
+            for pending in self._pending:  # handed over, not yet taken in by the worker
+                if pending.request_id == request_id:
+                    pending.draft = False
+                    return True
             return self.scheduler.promote(request_id)
 
     def active_request_ids(self) -> set[str]:

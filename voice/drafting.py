@@ -64,6 +64,7 @@ class Draft:
         self.finish_reason: str | None = None
         self.passes = 0
         self.taken = False
+        self.submitted = False  # handed to the engine (until then a take() needs no promote)
         self.t_started = time.time()
         self.t_first_text: float | None = None
         self.task: asyncio.Task | None = None
@@ -189,8 +190,9 @@ class DraftManager:
         self.last_turn = turn
         if (draft is not None and draft.usable and draft.key == messages_key(messages)
                 and (params is None or draft.params == params)):
-            # promote() fails only if the engine shed the draft a moment ago
-            if draft.done or self._engine.promote(draft.request_id):
+            # not handed to the engine yet (the agent's rewrite, a tool schema's preparation):
+            # it goes in as a real request; promote() fails only if the engine shed it
+            if draft.done or not draft.submitted or self._engine.promote(draft.request_id):
                 draft.taken = True
                 turn.used = draft
                 return draft
@@ -231,8 +233,12 @@ class DraftManager:
             asked = draft.messages
             if self._rewrite is not None:  # as the real answer would be asked (off the loop)
                 asked = await asyncio.to_thread(self._rewrite, draft.messages)
+            def still_draft() -> bool:  # asked by the engine when it takes the request in
+                draft.submitted = True
+                return not draft.taken
+
             async for delta in self._engine.generate(
-                asked, draft.params, request_id=draft.request_id, draft=True
+                asked, draft.params, request_id=draft.request_id, draft=still_draft
             ):
                 draft._push(delta)
                 if delta.finished:

@@ -12,6 +12,7 @@ InterimTranscriptionFrames as a streaming recogniser pushes them (pipecat run_te
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from pipecat.frames.frames import (
@@ -44,7 +45,8 @@ SYSTEM = "Answer in one short sentence."
 
 
 class CountingEngine:
-    """The real engine, with every generate() call recorded (request id, draft flag)."""
+    """The real engine, with every generate() call recorded ([request id, draft flag]; a
+    callable flag is recorded as the engine's answer when it asks)."""
 
     def __init__(self, engine) -> None:
         self._engine = engine
@@ -52,7 +54,14 @@ class CountingEngine:
         self.model_name = engine.model_name
 
     def generate(self, messages, params=None, request_id=None, *, draft=False):
-        self.requests.append((request_id, draft))
+        entry = [request_id, None if callable(draft) else draft]
+        self.requests.append(entry)
+        if callable(draft):  # a draft taken before the engine took it in goes in as real
+            ask = draft
+
+            def draft():
+                entry[1] = ask()
+                return entry[1]
         return self._engine.generate(messages, params, request_id, draft=draft)
 
     def __getattr__(self, name):
@@ -164,8 +173,7 @@ async def test_a_call_with_tools_drafts_with_them_and_its_draft_is_the_answer(ra
     await _wait_idle(random_engine)
     used = llm.last_answer.turn.used
     assert used is not None and [t["function"]["name"] for t in used.params.tools] == ["book"]
-    assert [r for r, is_draft in engine.requests if not is_draft] == []  # nothing asked again
-    assert used.request_id == engine.requests[-1][0]
+    assert [rid for rid, _ in engine.requests] == [used.request_id]  # nothing asked again
 
 
 async def test_a_draft_asked_without_the_turns_tools_is_not_its_answer(random_engine):
@@ -184,6 +192,33 @@ async def test_a_draft_asked_without_the_turns_tools_is_not_its_answer(random_en
     assert [is_draft for _, is_draft in engine.requests] == [True, False]
     assert llm.last_answer.turn.discarded == [stale]
     assert llm.last_answer.as_dict()["draft_hit"] is False
+
+
+async def test_a_draft_taken_before_the_engine_took_it_in_is_handed_over_as_real(random_engine):
+    """The turn can end before a draft reaches the engine (its tool schemas are still being
+    prepared): it is still the answer, and the engine takes it in as a real request."""
+    engine = CountingEngine(random_engine)
+    llm = DiffusionLLMService(engine, system_prompt=SYSTEM, max_new_tokens=16,
+                              sampling_overrides=RANDOM_LLM, request_prefix="t",
+                              draft_context=LLMContext(messages=[]))
+    draft = llm.drafts.propose("are you open on monday")  # its task has not run yet
+    taken = llm.drafts.take(llm.drafts.messages_for("are you open on monday"), draft.params)
+    assert taken is draft and not draft.submitted
+    deltas = [d async for d in draft.stream()]
+    assert deltas[-1].finished and deltas[-1].finish_reason in ("stop", "length")
+    assert engine.requests == [[draft.request_id, False]]  # handed over as a real request
+
+
+def test_promote_reaches_a_request_handed_over_but_not_taken_in():
+    from types import SimpleNamespace
+
+    from diffvoice.engine import Engine
+
+    pending = SimpleNamespace(request_id="a", draft=True)
+    fake = SimpleNamespace(_lock=threading.Lock(), _pending=[pending],
+                           scheduler=SimpleNamespace(promote=lambda rid: False))
+    assert Engine.promote(fake, "a") and pending.draft is False
+    assert not Engine.promote(fake, "b")  # unknown: the scheduler's answer
 
 
 async def test_interruption_cancels_the_draft(random_engine):
