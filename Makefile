@@ -73,11 +73,12 @@ bench-voice-matrix: setup system-deps
 	  --out docs/latency/voice-drafting-cpu.json
 
 # turn-taking: the turns corpus (plain, paused, lists, slot answers) in espeak-ng and hold-out
-# Kokoro voices, Smart Turn off/on, 1 and 4 callers, 60 turns a point (~25 min on 2 cores)
+# Kokoro voices, Smart Turn off/on x VAD pause 0.2/0.4 s, 1 and 4 callers, 60 turns a point
+# (~43 min on 2 cores)
 bench-voice-turns: setup system-deps
 	$(VENV)/bin/diffvoice bench voice --corpus turns --kokoro-voices jm_kumo,jf_gongitsune \
-	  --concurrency 1,4 --min-turns 60 --matrix "smart_turn=off,on" --bot-quiet-s 1.0 \
-	  --pause-s 0.3 --out docs/latency/voice-turns-cpu.json
+	  --concurrency 1,4 --min-turns 60 --matrix "smart_turn=off,on stop_secs=0.2,0.4" \
+	  --bot-quiet-s 1.0 --pause-s 0.3 --out docs/latency/voice-turns-cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache
