@@ -16,9 +16,9 @@ Twilio's part of a call against any server that speaks the Media Streams protoco
   and echoes pending marks at once, as Twilio does.
 - turns: the first *audible* bot sample after the end of user speech (energy above
   `energy_threshold_db`) gives voice_to_voice; the answer is over once `bot_quiet_s` of heard
-  silence has passed. Bot audio heard while a prompt is still streaming marks that turn
-  "error", and `premature_eot` when it was heard before the prompt's last speech (the server
-  cut the caller off at a pause, as the browser client counts it). Only voice_to_voice is
+  silence has passed. Bot audio heard before the prompt's last speech marks that turn "error"
+  and `premature_eot` (the server cut the caller off at a pause, as the browser client counts
+  it); heard in the prompt's trailing silence it is the turn's answer. Only voice_to_voice is
   measured this way (the server's stage timings do not travel over Media Streams).
   `on_turn(TurnResult)` is called once per prompt, always; failures mark the current and
   remaining turns, as in the browser client.
@@ -190,16 +190,16 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, call: _Call, prompt: Prom
         if k == end_frame:
             result.speech_end_t = sent_t - ((k + 1) * FRAME_SAMPLES - end_sample) / PHONE_RATE
     heard_t = call.playout.first_audible_t
-    if heard_t is not None:
+    if heard_t is not None and heard_t < result.speech_end_t:
         # before the prompt's last speech: the server ended the turn at a pause (or the last
-        # answer resumed); in the trailing silence: an answer this client cannot time
-        result.premature_eot = heard_t < result.speech_end_t
+        # answer resumed)
+        result.premature_eot = True
         result.fail("error", "bot audio was heard while the caller was speaking (premature end "
                              "of turn, or the previous answer resumed after a pause longer "
-                             "than --bot-quiet-s)" if result.premature_eot else
-                             "bot audio was heard in the prompt's trailing silence, before "
-                             "the client listened for the answer")
-    call.playout.start_turn()            # what follows the end of speech is this turn's answer
+                             "than --bot-quiet-s)")
+        call.playout.start_turn()
+    # what follows the end of speech is this turn's answer, also when it began in the prompt's
+    # trailing silence (a fast answer: timed from the end of speech like any other)
     deadline = result.speech_end_t + config.turn_timeout_s
     while call.error is None:
         now = time.time()
