@@ -89,6 +89,13 @@ def _turn_strategies(meaning: MeaningTurnStopStrategy | None = None) -> UserTurn
     return UserTurnStrategies(start=default_user_turn_start_strategies(), stop=stop)
 
 
+def call_context(state) -> LLMContext:
+    """A new call's empty context, with the receptionist's tools when the server has them."""
+    receptionist = getattr(state, "receptionist", None)
+    return (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
+            else LLMContext(messages=[]))
+
+
 def served_llm(state, **kwargs) -> DiffusionLLMService:
     """The LLM service a call answers with: ServeConfig's prompt and sampling, the state's
     overrides, the server's agent (agent.pipeline: the BEFORE and AFTER rules); `kwargs`:
@@ -170,8 +177,7 @@ def build_pipeline(
     if isinstance(transport_in, VadAlignedInput):  # larger frames while the VAD lags behind
         transport_in.backlog = lambda: transport_in.pushed_secs - vad.received_secs
     receptionist = getattr(state, "receptionist", None)
-    context = (LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist
-               else LLMContext(messages=[]))
+    context = call_context(state)
     llm = served_llm(state, request_prefix=f"voice-{session_id}",
                      draft_context=context if eager_drafts else None)
     if receptionist is not None:  # the appointment book's tools run inside this call,

@@ -83,16 +83,12 @@ def question(state) -> str:
 
 
 async def _answer(state) -> None:
-    from pipecat.processors.aggregators.llm_context import LLMContext
-
     from diffvoice.agent.pipeline import serve
     from diffvoice.voice.chat_messages import context_to_messages
-    from diffvoice.voice.pipeline import served_llm
+    from diffvoice.voice.pipeline import call_context, served_llm
     from diffvoice.voice.receptionist.setup import agent_of
 
-    receptionist = getattr(state, "receptionist", None)
-    context = LLMContext(messages=[], tools=receptionist.tools_schema()) if receptionist \
-        else LLMContext(messages=[])
+    context = call_context(state)
     llm = served_llm(state, request_prefix="warmup")
     messages = context_to_messages([{"role": "user", "content": question(state)}],
                                    state.config.system_prompt)
