@@ -90,6 +90,14 @@ class ServeConfig(SessionLimits):
             "turn_window_secs"
         ),
     )
+    asr_pause_secs: float = field(
+        default=0.2,
+        metadata=_help(
+            "whisper: a recognition pass runs at once when the caller's audio has been quiet "
+            "this long, so the transcript (and its answer draft) is ready when the VAD's "
+            "stop_secs pause ends the turn; at most stop_secs"
+        ),
+    )
     input_frame_ms: int = field(
         default=32,
         metadata=_help(
@@ -297,6 +305,11 @@ class ServeConfig(SessionLimits):
         lo, hi = STOP_SECS_RANGE
         if not isinstance(self.stop_secs, (int, float)) or not lo <= self.stop_secs <= hi:
             raise ValueError(f"stop_secs must be in [{lo}, {hi}], got {self.stop_secs!r}")
+        if not isinstance(self.asr_pause_secs, (int, float)) or not (
+            0.05 <= self.asr_pause_secs <= self.stop_secs
+        ):
+            raise ValueError(f"asr_pause_secs must be in [0.05, stop_secs={self.stop_secs}], "
+                             f"got {self.asr_pause_secs!r}")
         if self.input_frame_ms not in INPUT_FRAME_MS:
             raise ValueError(f"input_frame_ms must be one of {INPUT_FRAME_MS}, got "
                              f"{self.input_frame_ms!r}")

@@ -6,7 +6,10 @@ would say if it ended now. It calls `drafts.propose(text)` (voice.drafting.Draft
 * when that text has stayed the same (normalised) for `stable_secs` — an interim that stopped
   changing;
 * at once when a segment's final transcript arrives (the VAD saw a short pause), before the
-  frame moves on, so the turn-stop strategy downstream already finds the draft running.
+  frame moves on, so the turn-stop strategy downstream already finds the draft running;
+* at once when an interim comes from a recognition pass at the caller's pause
+  (`result.at_pause`, voice.asr.streaming_stt): the recogniser hears a pause before the VAD
+  ends the segment, so the answer to what the turn says if it ends there is drafted by then.
 A turn's text is forgotten at UserStoppedSpeakingFrame; pending timers die with the turn or the
 pipeline (not at an interruption: that is the start of the turn being drafted). Every frame is
 passed on unchanged. Knows nothing about the engine.
@@ -57,7 +60,11 @@ class EagerDrafter(FrameProcessor):
         elif isinstance(frame, InterimTranscriptionFrame) and frame.text.strip():
             self._interim = frame.text.strip()
             key = normalise(self.text)
-            if key and key != self._last_key:
+            if key and getattr(frame.result, "at_pause", False):
+                self._last_key = key
+                await self._cancel_timer()
+                self._drafts.propose(self.text)
+            elif key and key != self._last_key:
                 self._last_key = key
                 await self._cancel_timer()
                 self._timer = self.create_task(self._propose_when_stable(self.text),

@@ -104,7 +104,7 @@ class AppState:
                 facts = Path(config.model) / "facts.yaml"  # the model's own fact sheet
                 asr = resolve_asr(
                     config.asr, config.device, facts_path=facts if facts.is_file() else None,
-                    asr_prompt=config.asr_prompt,
+                    asr_prompt=config.asr_prompt, pause_secs=config.asr_pause_secs,
                 )
             if tts is None:
                 from diffvoice.voice.tts.resolve import resolve_tts

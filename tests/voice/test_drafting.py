@@ -15,6 +15,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from pipecat.frames.frames import (
     CancelFrame,
     InterimTranscriptionFrame,
@@ -36,6 +38,7 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from voice_fixtures import RANDOM_LLM, scaled
 
+from diffvoice.voice.asr.streaming_stt import StreamingResult
 from diffvoice.voice.drafting import normalise
 from diffvoice.voice.eager_drafter import EagerDrafter
 from diffvoice.voice.llm_service import DiffusionLLMService
@@ -68,7 +71,8 @@ class CountingEngine:
         return getattr(self._engine, name)
 
 
-def _pipeline(engine, window_secs=0.8, stop_secs=0.2, context=None, **strategy_kwargs):
+def _pipeline(engine, window_secs=0.8, stop_secs=0.2, context=None, stable_secs=0.05,
+              **strategy_kwargs):
     context = context if context is not None else LLMContext(messages=[])
     llm = DiffusionLLMService(engine, system_prompt=SYSTEM, max_new_tokens=16,
                               sampling_overrides=RANDOM_LLM, request_prefix="t",
@@ -78,7 +82,7 @@ def _pipeline(engine, window_secs=0.8, stop_secs=0.2, context=None, **strategy_k
     pair = LLMContextAggregatorPair(context, user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()],
                                                 stop=[meaning])))
-    drafter = EagerDrafter(llm.drafts, stable_secs=0.05)
+    drafter = EagerDrafter(llm.drafts, stable_secs=stable_secs)
     return Pipeline([drafter, pair.user(), llm]), llm, meaning
 
 
@@ -219,6 +223,27 @@ def test_promote_reaches_a_request_handed_over_but_not_taken_in():
                            scheduler=SimpleNamespace(promote=lambda rid: False))
     assert Engine.promote(fake, "a") and pending.draft is False
     assert not Engine.promote(fake, "b")  # unknown: the scheduler's answer
+
+
+@pytest.mark.parametrize("at_pause", [True, False])
+async def test_an_interim_heard_at_the_callers_pause_is_drafted_at_once(random_engine, at_pause):
+    """The recogniser hears the caller's pause before the VAD ends the segment: that interim is
+    what the turn says if it ends there, so its draft starts at once, not after the stable
+    wait (here longer than the whole exchange); another interim waits."""
+    engine = CountingEngine(random_engine)
+    pipeline, llm, _ = _pipeline(engine, stable_secs=scaled(30.0))
+    proposed, propose = [], llm.drafts.propose
+    llm.drafts.propose = lambda text: (proposed.append(text), propose(text))[1]
+    heard = StreamingResult(stable="", audio_secs=1.2, passes=2, segment=1, at_pause=at_pause)
+    frames = [VADUserStartedSpeakingFrame(), SleepFrame(scaled(0.1)),
+              InterimTranscriptionFrame("what time do you open on saturday", "u", "now",
+                                        result=heard),
+              SleepFrame(scaled(0.3))]
+    await run_test(pipeline, frames_to_send=frames)
+    drafts = [rid for rid, is_draft in engine.requests if is_draft]
+    assert len(drafts) == (1 if at_pause else 0)
+    assert proposed == (["what time do you open on saturday"] if at_pause else [])
+    await _wait_idle(random_engine)
 
 
 async def test_interruption_cancels_the_draft(random_engine):

@@ -71,6 +71,9 @@ class StreamingResult:
     audio_secs: float  # audio of the segment this text is based on
     passes: int  # recognition passes run for the segment so far
     segment: int  # segment number within the call, from 1
+    # the pass heard the caller pause after all the speech so far: the text is what the turn
+    # says if it ends at this pause (voice.eager_drafter drafts it at once)
+    at_pause: bool = False
 
 
 class Segment:
@@ -87,6 +90,7 @@ class Segment:
         self.passes = 0
         self.closed_t: float | None = None  # monotonic time of the close (the VAD stop)
         self.last_interim = ""
+        self.last_interim_at_pause = False
         self._changed = asyncio.Event()
         self.append(pre_roll)
 
@@ -160,23 +164,30 @@ class StreamingSegmentSTT(STTService):
                 future.add_done_callback(on_abandon)
             raise
 
-    async def _push_interim(self, segment: Segment, text: str, stable: str = "") -> None:
+    async def _push_interim(self, segment: Segment, text: str, stable: str = "",
+                            at_pause: bool = False) -> None:
+        """Push the segment's interim text when it changed, or when a pass at a pause heard it
+        again (the same text, now known to be what the turn says if it ends here)."""
         text = text.strip()
-        if not text or text == segment.last_interim:
+        if not text or (text == segment.last_interim
+                        and (not at_pause or segment.last_interim_at_pause)):
             return
         segment.last_interim = text
+        segment.last_interim_at_pause = at_pause
         await self.push_frame(
             InterimTranscriptionFrame(
-                text, self._user_id, time_now_iso8601(), None, result=self._result(segment, stable)
+                text, self._user_id, time_now_iso8601(), None,
+                result=self._result(segment, stable, at_pause),
             )
         )
 
-    def _result(self, segment: Segment, stable: str) -> StreamingResult:
+    def _result(self, segment: Segment, stable: str, at_pause: bool = False) -> StreamingResult:
         return StreamingResult(
             stable=stable,
             audio_secs=segment.samples / segment.sample_rate,
             passes=segment.passes,
             segment=segment.index,
+            at_pause=at_pause,
         )
 
     # ---- pipecat plumbing ---------------------------------------------------------------------

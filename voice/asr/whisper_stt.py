@@ -161,7 +161,11 @@ class WhisperSTT(StreamingSegmentSTT):
             covered = end
             agreement.insert(result.text)
             last_text = agreement.text
-            await self._push_interim(segment, joined(last_text), joined(agreement.confirmed))
+            # a pass at a pause the caller has not broken yet: its text is the turn's if the
+            # turn ends at this pause (drafted at once, voice.eager_drafter)
+            at_pause = paused and segment.loud_until <= covered
+            await self._push_interim(segment, joined(last_text), joined(agreement.confirmed),
+                                     at_pause=at_pause)
 
         if last_text is not None and covered >= segment.loud_until:
             return joined(last_text)  # nothing was said after the last pass: reuse it

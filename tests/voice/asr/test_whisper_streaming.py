@@ -64,6 +64,19 @@ async def test_a_pause_gets_its_pass_at_once_despite_the_cap():
     gap = stt.pass_log[1]["started"] - stt.pass_log[0]["started"]
     assert gap < 1.0, gap  # started at the pause, well inside the 2.5 s cadence
     assert heard.of(TranscriptionFrame)[0].text == " ".join(WORDS[:9])
+    # the pause pass's interim says so (the drafter drafts it at once); the cadence pass's
+    # interim, heard while the caller spoke on, does not
+    assert [f.result.at_pause for f in heard.of(InterimTranscriptionFrame)] == [False, True]
+
+
+async def test_a_pause_the_caller_broke_during_its_pass_is_not_at_pause():
+    """A caller who speaks on while the pause's pass runs: that text is not the turn's."""
+    runner = FakeRunner(delay_secs=0.3)
+    stt = _stt(runner, min_new_audio_secs=5.0, pause_secs=0.2, max_passes_per_sec=10)
+    audio = tone(0.5) + silence(0.25) + tone(0.5) + silence(0.5)
+    heard = await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.4)])
+    flags = [f.result.at_pause for f in heard.of(InterimTranscriptionFrame)]
+    assert flags == [False, True], flags  # the first pause was broken before its pass ended
 
 
 async def test_passes_per_second_are_capped():
