@@ -123,9 +123,10 @@ def turn_taking_lines(report: Mapping[str, Any]) -> list[str]:
     lines += [
         "| configuration | callers | turns | false cut-offs | paused turns cut | "
         + "".join(f"{ms} ms pauses cut | " for ms in lengths)
-        + "voice-to-voice p50 / p90 | slot answers p50 / p90 (n) | endpointing p50 | "
+        + "voice-to-voice p50 / p90 | slot answers p50 / p90 (n) | "
+          "after a question p50 / p90 (n) | endpointing p50 | "
           "answer ready | development: cut, v2v p50 | hold-out: cut, v2v p50 |",
-        "|---|---:|---:|---:|---:|" + "---:|" * len(lengths) + "---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(lengths) + "---:|" * 7,
     ]
     for label, point in rows:
         stats = point.get("turn_stats") or {}
@@ -136,11 +137,13 @@ def turn_taking_lines(report: Mapping[str, Any]) -> list[str]:
                      stats.get("premature_eot_rate"))
         paused = _cut(stats.get("paused_premature"), stats.get("paused_turns"),
                       stats.get("paused_premature_rate"))
-        slot = (stats.get("voice_to_voice_by_kind") or {}).get("slot")
+        kinds = stats.get("voice_to_voice_by_kind") or {}
+        slot, asked = kinds.get("slot"), kinds.get("slot_after_question")
         lines.append(
             f"| {label} | {point['concurrency']} | {point.get('turns', '–')} | {every} | "
             f"{paused} | {pauses}{_p50_p90(point['stages'].get('voice_to_voice_ms'))} | "
-            f"{_p50_p90(slot, True)} | {_ms(point['stages'].get('endpointing_ms'), 'p50')} | "
+            f"{_p50_p90(slot, True)} | {_p50_p90(asked, True)} | "
+            f"{_ms(point['stages'].get('endpointing_ms'), 'p50')} | "
             f"{_pct(stats.get('answer_ready_rate'))} | {_split(stats, 'development')} | "
             f"{_split(stats, 'holdout')} |")
     lines += ["", "*A false cut-off: the server ended the user turn before the prompt's last "

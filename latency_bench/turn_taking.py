@@ -11,7 +11,11 @@ Contract (pure functions; no sockets, no rendering):
   Every attempted turn counts (failed and timed-out ones too: a cut-off turn is a failed one).
 - `paused_premature(turns) -> (cut off, paused turns)`: the same, all lengths together.
 - `voice_to_voice_by_kind(turns)`: {kind: stage SUMMARY} of voice_to_voice_ms over the measured
-  turns of each prompt kind present ("question", "paused", "slot": one-word slot answers).
+  turns of each prompt kind present ("question", "paused", "slot": one-word slot answers), and
+  "slot_after_question": the slot answers whose session's previous turn was answered with a
+  question (its bot text ends with "?"; only where the client hears the bot's text, not over
+  Twilio). A slot answer is written as the answer to the agent's question; where the agent
+  answered otherwise, a lone "friday" is ambiguous and the server rightly waits.
 - `by_split(turns, holdout_voices)`: {"development" | "holdout": {"voices", "turns",
   "premature", "premature_eot_rate", "voice_to_voice_ms"}}: voices in `holdout_voices` are
   hold-out (never used while developing the agent or its turn taking), all others development.
@@ -65,7 +69,18 @@ def _v2v(turns: Iterable[TurnResult]) -> dict[str, Any]:
 
 def voice_to_voice_by_kind(turns: Sequence[TurnResult]) -> dict[str, dict[str, Any]]:
     kinds = sorted({t.kind for t in turns})
-    return {kind: _v2v(t for t in turns if t.kind == kind) for kind in kinds}
+    out = {kind: _v2v(t for t in turns if t.kind == kind) for kind in kinds}
+    asked = _after_question(turns)
+    if asked:
+        out["slot_after_question"] = _v2v(asked)
+    return out
+
+
+def _after_question(turns: Sequence[TurnResult]) -> list[TurnResult]:
+    """The slot turns whose session's previous turn the bot answered with a question."""
+    said = {(t.concurrency, t.session, t.turn): t.bot_text for t in turns}
+    return [t for t in turns if t.kind == "slot"
+            and (said.get((t.concurrency, t.session, t.turn - 1)) or "").rstrip().endswith("?")]
 
 
 def by_split(turns: Sequence[TurnResult], holdout_voices: Sequence[str]

@@ -64,6 +64,23 @@ def test_slot_answers_and_hold_out_voices_are_summarised_apart():
     assert by_split(turns[:3], ("jm_kumo",)).keys() == {"development"}
 
 
+def test_slot_answers_after_the_agents_question_are_summarised_apart():
+    def said(session, turn, kind, bot_text, v2v_ms=400.0):
+        t = _turn(kind, v2v_ms=v2v_ms)
+        t.session, t.turn, t.bot_text = session, turn, bot_text
+        return t
+    turns = [said(0, 1, "question", "What day would you like?"),
+             said(0, 2, "slot", "Friday at 10 am is free.", v2v_ms=350),
+             said(1, 1, "question", "We're open from 8 am to 5 pm."),
+             said(1, 2, "slot", "Sorry?", v2v_ms=1100),     # no question was asked before it
+             said(2, 2, "slot", "", v2v_ms=1200)]           # its previous turn was not heard
+    kinds = voice_to_voice_by_kind(turns)
+    assert kinds["slot"]["count"] == 3
+    assert kinds["slot_after_question"]["count"] == 1
+    assert kinds["slot_after_question"]["p50"] == pytest.approx(350)
+    assert "slot_after_question" not in voice_to_voice_by_kind(turns[2:])
+
+
 def _point(level, rate, endpointing_ms, v2v_ms, paused_turns=60, turns=100):
     def summary(value):
         if value is None:
