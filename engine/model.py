@@ -4,6 +4,9 @@ Two entry points:
   forward(input_ids, positions, attn_mask)            training / reference: no cache, explicit mask
   forward_step(input_ids, positions, key_valid, ...)  inference: reads the slot KV cache, writes the
                                                       new tokens' K/V where `write_pos` says so
+forward_step is the one inference path: eager with the runner's AttnPlan (engine.pass_plan), or
+with the geometry built for the pass where there is none (fixed-shape passes and CUDA graphs,
+engine.cuda_graphs; the Triton attention kernel).
 Weights use one internal naming (Qwen-style); engine.loader maps each family's names onto it.
 The model knows nothing about masks ids, tokenizers, policies or scheduling.
 """
@@ -16,10 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from diffvoice.engine.attention import attend, attention_mask, uses_mask
+from diffvoice.engine.attention import attention_mask, uses_mask
 from diffvoice.engine.config import ModelConfig
+from diffvoice.engine.pass_plan import AttnPlan
 from diffvoice.engine.rope import inv_freq as rope_inv_freq
-from diffvoice.engine.signed_forward import forward_signed, signed_weights
+from diffvoice.kernels.ops import block_attention
 
 
 class RMSNorm(nn.Module):
@@ -38,15 +42,6 @@ class RMSNorm(nn.Module):
 
 
 _INV_FREQ: dict[tuple, tuple[torch.Tensor, float]] = {}
-
-
-def _slot_run(slots: torch.Tensor) -> tuple[int, int] | None:
-    """(first, end) when the rows are the single slot `first` on the CPU (then the pools are
-    sliced, not gathered; on CUDA the gather stays, it needs no host read), else None."""
-    if slots.device.type != "cpu" or slots.numel() != 1:
-        return None
-    first = int(slots[0])
-    return first, first + 1
 
 
 def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype,
@@ -191,17 +186,8 @@ class DiffusionLM(nn.Module):
              layer.q_norm is not None, layer.o_proj.weight, layer.post_norm.weight,
              layer.post_norm.eps, layer.fused_gate_up, layer.down_proj.weight)
             for layer in self.layers]
-        self.signed_layers = self._signed_residual_weights()
 
-    # the signed-residual batch-1 path (below) pays off where every op costs its dispatch, not
-    # its arithmetic: small models in fp32 on the CPU
-    SIGNED_MAX_HIDDEN = 512
-    signed_layers = None  # set by fuse_projections() where that path applies
-
-    def _signed_residual_weights(self):
-        """Weights of the batch-1 CPU path (engine.signed_forward), None where it does not
-        apply (not fp32 on the CPU, or wider than SIGNED_MAX_HIDDEN)."""
-        return signed_weights(self)
+    fused_layers = None  # set by fuse_projections()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden))[..., : self.config.vocab_size]
@@ -233,12 +219,27 @@ class DiffusionLM(nn.Module):
             x = x + layer.mlp(layer.post_norm(x))
         return self.logits(x)
 
+    def pass_geometry(self, positions: torch.Tensor, key_valid: torch.Tensor,
+                      cache_lens: torch.Tensor, cache_len_max: int) -> AttnPlan:
+        """The AttnPlan of one pass built for it alone (no runner plan: fixed-shape passes, the
+        Triton backend): rotary tables and, on the torch backend, the attention mask over
+        cat(cached keys, new keys); on the Triton backend the kernel takes the geometry."""
+        cos, sin = self.rotary_tables(positions)
+        half = cos.shape[-1] // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        cfg = self.config
+        if not uses_mask(positions.device):
+            return AttnPlan(cos[:, :, None], sin[:, :, None], None, kernel=True)
+        mask = attention_mask(positions, key_valid, cache_lens, cache_len_max,
+                              cfg.block_size if cfg.block_causal else 0)
+        return AttnPlan(cos[:, :, None], sin[:, :, None], mask)
+
     def forward_step(self, input_ids: torch.Tensor, positions: torch.Tensor,
                      key_valid: torch.Tensor, kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
                      slots: torch.Tensor, cache_lens: torch.Tensor, cache_len_max: int,
                      write_pos: torch.Tensor | None, logits_start: int,
-                     plan=None) -> torch.Tensor:
-        """One denoising pass for a batch of requests.
+                     plan: AttnPlan | None = None) -> torch.Tensor:
+        """One denoising pass for a batch of requests: the one inference forward.
 
         input_ids/positions [B, L]: each row's new tokens (left-padded); key_valid [B, L]: which new
         tokens are keys (padding and tokens whose K/V is already cached are not); kv_cache: per
@@ -247,51 +248,17 @@ class DiffusionLM(nn.Module):
         cache_len_max: max(cache_lens) known on the host; write_pos [B, L]: pool position to write
         each new token's K/V (T = discard), None = write nothing; logits_start: compute logits for
         input positions [logits_start:] only. Returns logits [B, L - logits_start, V].
-        `plan` (engine.pass_plan.AttnPlan, torch attention backend, fused projections): the
-        rotary tables, attention mask and K/V layout of this geometry, built once and reused;
-        the same math with fewer ops per pass.
+        `plan` (engine.pass_plan.AttnPlan): the rotary tables, attention mask and K/V layout of
+        this geometry, built once by the runner's PlanCache and reused; None: built for this
+        pass (`pass_geometry`). Fuses the projections on first use (Engine does it up front).
         """
-        if plan is not None and getattr(self, "fused_layers", None) is not None:
-            return self._forward_planned(input_ids, kv_cache, slots, cache_lens, cache_len_max,
-                                         write_pos, logits_start, plan)
-        cfg = self.config
-        x = self.embed(input_ids)
-        cos, sin = rotary(positions, cfg.head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling,
-                          cfg.max_position_embeddings)
-        cos, sin = cos[:, :, None], sin[:, :, None]
-        block = cfg.block_size if cfg.block_causal else 0
-        # per pass, not per layer: the attention mask, and whether the rows are one slot run
-        # (then the cached K/V are views of the pools instead of gathered copies)
-        mask = (attention_mask(positions, key_valid, cache_lens, cache_len_max, block)
-                if uses_mask(x.device) else None)
-        run = _slot_run(slots)
-        for layer, (k_pool, v_pool) in zip(self.layers, kv_cache, strict=True):
-            q, k, v = layer.qkv(layer.input_norm(x), cos, sin)
-            if run is not None:
-                k_cached = k_pool[run[0]:run[1], :, :cache_len_max]  # [B, Hkv, Tc, D]
-                v_cached = v_pool[run[0]:run[1], :, :cache_len_max]
-            else:
-                k_cached = k_pool[slots, :, :cache_len_max]
-                v_cached = v_pool[slots, :, :cache_len_max]
-            attn = attend(q, k, v, k_cached, v_cached, cache_lens, positions, key_valid, block,
-                          mask)
-            if write_pos is not None:  # in place: the pools are the persistent cache
-                rows = slots[:, None].expand_as(write_pos)
-                k_pool[rows, :, write_pos] = k  # [B, L, Hkv, D] into [S, Hkv, T + 1, D]
-                v_pool[rows, :, write_pos] = v
-            x = x + layer.o_proj(attn.flatten(2))
-            x = x + layer.mlp(layer.post_norm(x))
-        return self.logits(x[:, logits_start:])
-
-    def _forward_planned(self, input_ids, kv_cache, slots, cache_lens, cache_len_max, write_pos,
-                         logits_start, plan) -> torch.Tensor:
-        """forward_step with a prepared AttnPlan: no per-pass geometry, no module calls."""
-        if self._signed_applies(input_ids, plan):
-            return self._forward_signed(input_ids, logits_start, plan)
+        if self.fused_layers is None:
+            self.fuse_projections()
+        if plan is None:
+            plan = self.pass_geometry(positions, key_valid, cache_lens, cache_len_max)
         cfg = self.config
         h, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         gqa = h != hkv
-        eps = cfg.rms_norm_eps
         cos, sin, mask = plan.cos, plan.sin, plan.mask
         x = F.embedding(input_ids, self.embed.weight)
         b, n, _ = x.shape
@@ -323,43 +290,38 @@ class DiffusionLM(nn.Module):
                 keys, values = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)
             else:
                 k, v = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, L, D]
-                keys = torch.cat((k_pool[slots, :, :cache_len_max], k), dim=2)
-                values = torch.cat((v_pool[slots, :, :cache_len_max], v), dim=2)
-                if write_pos is not None:
+                k_cached = k_pool[slots, :, :cache_len_max]  # gathered copies
+                v_cached = v_pool[slots, :, :cache_len_max]
+                if write_pos is not None:  # in place: the pools are the persistent cache
                     rows = slots[:, None].expand_as(write_pos)
                     k_pool[rows, :, write_pos] = k.transpose(1, 2)
                     v_pool[rows, :, write_pos] = v.transpose(1, 2)
-            if i == last and logits_start:  # only the logit rows need the rest (row-wise)
-                q, x = q[:, :, logits_start:], x[:, logits_start:]
+                if plan.kernel:
+                    attn = block_attention(q, k, v, k_cached, v_cached, cache_lens, positions,
+                                           key_valid, cfg.block_size if cfg.block_causal else 0)
+                else:
+                    keys = torch.cat((k_cached, k), dim=2)
+                    values = torch.cat((v_cached, v), dim=2)
+            if i == last and logits_start and not plan.kernel:  # only the logit rows need the
+                q, x = q[:, :, logits_start:], x[:, logits_start:]  # rest (row-wise math)
                 mask = mask[..., logits_start:, :] if mask is not None else None
                 logits_start = 0
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                  enable_gqa=gqa)
+            if not plan.kernel:
+                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                      enable_gqa=gqa)
             x = x + F.linear(attn.transpose(1, 2).flatten(2), o_w)
             hx = torch.rms_norm(x, x.shape[-1:], post_w, post_eps) if fp32 else layer.post_norm(x)
             gate, up = F.linear(hx, gate_up_w).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, down_w)
-        hidden = _norm(x[:, logits_start:], self.norm, eps)
+        hidden = _norm(x[:, logits_start:], self.norm, cfg.rms_norm_eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
 
-    def forward_rows(self, input_ids, kv_cache, logits_start: int, logits_end: int,
-                     plan) -> torch.Tensor | None:
-        """forward_step for one row with logits for input positions [logits_start, logits_end)
-        only ([1, logits_end - logits_start, V]), where the signed batch-1 forward applies;
-        None elsewhere."""
-        if getattr(self, "fused_layers", None) is None or not self._signed_applies(input_ids,
-                                                                                    plan):
-            return None
-        return self._forward_signed(input_ids, logits_start, plan, logits_end)
+    def forward_rows(self, input_ids, kv_cache, logits_start: int, logits_end: int, plan):
+        """Always None ("no such path": the runner computes every window row's logits). The
+        engine no longer calls it; kept only because latency_bench.engine_host wraps it by
+        name. Remove with that reference."""
+        return None
 
-    def _signed_applies(self, input_ids, plan) -> bool:
-        """One row that stores its K/V in the pool or reads no cache, on signed weights."""
-        return (self.signed_layers is not None and input_ids.shape[0] == 1
-                and (plan.views is not None or plan.direct))
-
-    def _forward_signed(self, input_ids, logits_start, plan, logits_end=None) -> torch.Tensor:
-        """_forward_planned for one row on the signed weights (engine.signed_forward)."""
-        return forward_signed(self, input_ids, logits_start, plan, logits_end)
 
 def _norm(x: torch.Tensor, norm: RMSNorm, eps: float) -> torch.Tensor:
     if x.dtype == torch.float32:  # F.rms_norm without its Python wrapper

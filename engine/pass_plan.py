@@ -45,7 +45,8 @@ from diffvoice.kernels.block_attention import visibility_mask
 
 @dataclass
 class AttnPlan:
-    """What DiffusionLM.forward_step reuses across passes of one geometry."""
+    """What DiffusionLM.forward_step reuses across passes of one geometry (or, without one,
+    builds for the pass: DiffusionLM.pass_geometry)."""
 
     cos: torch.Tensor  # [B, L, 1, D]
     sin: torch.Tensor  # [B, L, 1, D], first half negated (x * cos + roll(x, D/2) * sin)
@@ -57,6 +58,9 @@ class AttnPlan:
     # pool layout: per layer (k_dst, v_dst [L', Hkv, D] pool views the new K/V are copied into,
     # keys, values [1, Hkv, kv1, D] pool views attention reads)
     views: list[tuple[torch.Tensor, ...]] | None = None
+    # the Triton kernel attends (it takes the geometry itself; `mask` is None): only in the
+    # per-pass geometry DiffusionLM.forward_step builds when the runner has no plan
+    kernel: bool = False
 
 
 @dataclass
@@ -94,9 +98,6 @@ class PassPlan:
     entropy_bound: torch.Tensor  # [B] f32
     full_vocab: torch.Tensor | None  # [B] bool; None: no row
     full_vocab_all: bool  # every row's confidence is over the full vocabulary
-    # batch 1: the window slots [lo, hi) whose logits a pass can use (the slots its policy may
-    # commit or re-predict); the forward computes only those rows' logits (None: all W)
-    logit_rows: tuple[int, int] | None = None
     anchors: tuple | None = None  # the absolute (slot, q_end, visible) per row it is bound to
     binding: Binding | None = None  # batch 1: what a bind keeps
 
@@ -331,11 +332,6 @@ class PlanCache:
                            g("eos_fill"), g("final"))
         in_block, block, slot0, ft_rows, eos_zone, fill_rows, counted, early, not_final = win
         full = g("full_vocab")
-        # logits the policy can read: the block's masks ([d_start, d_end)); SDAR's top-k also
-        # re-predicts the block's decoded slots ([block_start, d_end)). Constrained rows keep all.
-        lo = (g("block_start") if sdar else g("d_start")) - q_start
-        hi = g("d_end") - q_start
-        logit_rows = (lo, hi) if 0 <= lo < hi <= W and (lo, hi) != (0, W) else None
         plan = PassPlan(
             W=W, L=L, shift=shift, slots=None, slot_col=None, positions=None,
             key_valid=key_valid, visible=None, cache_len_max=vis, gather_pos=None,
@@ -348,7 +344,7 @@ class PlanCache:
             threshold=self.vec((key.threshold,), torch.float32),
             entropy_bound=self.vec((key.entropy_bound,), torch.float32),
             full_vocab=self.vec((True,), torch.bool) if full else None,
-            full_vocab_all=bool(full), logit_rows=logit_rows, binding=Binding(store))
+            full_vocab_all=bool(full), binding=Binding(store))
         self._anchor_one(plan, key)
         return plan
 

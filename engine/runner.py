@@ -5,7 +5,9 @@ Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the pe
 pools [S, Hkv, T + 1, D] (position T is a trash column for padded writes). The host learns only
 the query-window tokens and how many masks remain in each row's decode block: one small
 device-to-host copy (pinned + event on CUDA) after a pass, or after the last pass of a block
-step (engine.block_step), whose other passes read nothing.
+step (engine.block_step), whose other passes read nothing. Every pass runs the model through
+`ModelRunner._forward`, the one place that picks a fixed shape (CUDA graph / static_shapes) or
+eager; both run DiffusionLM.forward_step.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from diffvoice.engine.constrained.hook import after_pass, constrain_pass
 from diffvoice.engine.cuda_graphs import StaticForward
@@ -139,19 +140,7 @@ class ModelRunner:
             ids = self._view(self.seq, plan.ids_view, row=True)
         else:
             ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
-        logits = None
-        if self.static is not None and (plan.write_pos is None or plan.L <= self.static
-                                        .max_write_length(plan.W)):  # fixed shapes
-            logits = self.static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
-                                 plan.cache_len_max, plan.logits_start, plan.write_pos)
-        if (logits is None and plan.logit_rows is not None and plan.attn is not None
-                and rows[0].constraint is None):
-            logits = self._some_logits(ids, plan)
-        if logits is None:
-            logits = self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv,
-                                             plan.slots, plan.visible, plan.cache_len_max,
-                                             plan.write_pos, plan.logits_start, plan=plan.attn)
-        logits = logits[:, :W]  # [B, W, V]
+        logits = self._forward(ids, plan)  # [B, W, V]
 
         wpos = plan.wpos  # [B, W] absolute position of each window slot
         cur = ids[:, L - W:]
@@ -231,18 +220,21 @@ class ModelRunner:
         after_pass(self, rows, step.window_start, step.tokens, faults)
         return step
 
-    def _some_logits(self, ids: torch.Tensor, plan) -> torch.Tensor | None:
-        """One row: logits for the window slots plan.logit_rows only, padded with zero rows to
-        [1, W, V] (no policy reads them); None where the forward has no such path (then every
-        row's logits are computed)."""
-        lo, hi = plan.logit_rows
-        start = plan.logits_start
-        part = self.model.forward_rows(ids, self.kv, start + lo, start + hi, plan.attn)
-        if part is None:
-            return None
-        # a fresh pad per pass, not a cached buffer per range: with a large vocabulary each
-        # [W, V] buffer would be tens of MB
-        return F.pad(part, (0, 0, lo, plan.W - hi))
+    def _forward(self, ids: torch.Tensor, plan) -> torch.Tensor:
+        """The pass's window logits [B, W, V]; the one place that chooses how the model runs.
+        A fixed shape where one fits (engine.cuda_graphs: a CUDA graph replayed, or with
+        static_shapes on the CPU the same padded call run eagerly), else eager with the pass's
+        AttnPlan. Both end in DiffusionLM.forward_step."""
+        static = self.static
+        if static is not None and (plan.write_pos is None
+                                   or plan.L <= static.max_write_length(plan.W)):
+            logits = static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
+                            plan.cache_len_max, plan.logits_start, plan.write_pos)
+            if logits is not None:
+                return logits[:, :plan.W]
+        return self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv, plan.slots,
+                                       plan.visible, plan.cache_len_max, plan.write_pos,
+                                       plan.logits_start, plan=plan.attn)[:, :plan.W]
 
     def _view(self, t: torch.Tensor, where: tuple[int, int, int], row: bool = False):
         """t[slot, lo:hi] ([1, hi - lo] with `row`): a view, made once per distinct slice."""

@@ -1,19 +1,17 @@
 """The engine's one-row CPU shortcuts against the plain formulas / general paths, on random inputs:
 the greedy prediction with full-vocabulary entropy, Dream's host-side k, the host-side count
 of the masks that still decide an answer (checked on whole requests against the device count),
-the signed-residual batch-1 forward (against the general planned forward and float64), and the
-last layer run on the logit rows only (against the same forward asked for every row's logits)."""
+the last layer run on the logit rows only (against the same forward asked for every row's
+logits), and the one forward every pass runs (eager or on fixed shapes)."""
 
 from __future__ import annotations
-
-import copy
-import dataclasses
 
 import pytest
 import torch
 from golden_loops import GOLDEN, golden_engine, load_golden
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine.model import DiffusionLM
 from diffvoice.engine.policies import PolicyKnobs
 from diffvoice.engine.policies.reference import (
     commit_dream_entropy,
@@ -66,103 +64,29 @@ def test_dream_k_matches_upstream_rule(steps):
         assert got[0].tolist() == _dream_ref((-entropy[0]).tolist(), maskable[0].tolist(), f)
 
 
-@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
-def test_signed_residual_forward_matches_planned_forward(family, monkeypatch):
-    """The batch-1 CPU forward that carries the residual as [x, -x] (LayerNorm for RMSNorm,
-    2-D addmm) gives the logits of the general planned forward on every pass of real requests
-    (cached / uncached, with and without q/k norm and qkv bias), and the engine's answers do not
-    change when it is switched off."""
-    with golden_engine(family) as (golden, engine):
-        model = engine.runner.model
-        signed = model.signed_layers
-        assert signed is not None  # small fp32 model on the CPU
-        planned = type(model)._forward_planned
-        model64 = copy.deepcopy(model).double()
-        model64.fuse_projections()
-        assert model64.signed_layers is None  # fp32 only
-        compared, errors = [], []
-
-        def both(self, *args):
-            plan = args[-1]
-            self.signed_layers = None
-            want = planned(self, *args)
-            self.signed_layers = signed
-            got = planned(self, *args)  # takes the signed path where it applies
-            if args[0].shape[0] == 1 and (plan.views is not None or plan.direct):
-                compared.append(args[0].shape[1])
-                scale = want.abs().max()
-                # the sharpened fixtures amplify fp32 rounding to ~1e-5 of the largest logit
-                assert (got - want).abs().max() <= 1e-4 * scale
-                if plan.direct:  # no cache: both against the same pass in float64
-                    p64 = dataclasses.replace(plan, cos=plan.cos.double(), sin=plan.sin.double(),
-                                              mask=None if plan.mask is None
-                                              else plan.mask.double())
-                    ref = planned(model64, *args[:-1], p64)
-                    errors.append(((want - ref).abs().max() / ref.abs().max(),
-                                   (got - ref).abs().max() / ref.abs().max()))
-            return got
-
-        monkeypatch.setattr(type(model), "_forward_planned", both)
-        # the logit-row forward (test_last_layer_on_logit_rows_only...) off: every pass here
-        monkeypatch.setattr(type(model), "forward_rows", lambda self, *args: None)
-        cases = golden["cases"][::4]
-        for c in cases:
-            seq = engine.prepare(golden["prompts"][c["prompt"]],
-                                 SamplingParams(**c["engine_params"]))
-            decode_in_this_thread(engine, seq)
-            assert seq.generated == c["answer"]
-        assert len(compared) >= 10 * len(cases) // 2
-        if family in ("llada", "dream"):  # their passes read no cache
-            assert len(errors) >= 10
-            worst_general = max(float(e) for e, _ in errors)
-            worst_signed = max(float(e) for _, e in errors)
-            assert worst_signed <= 1.5 * worst_general + 1e-6
-        monkeypatch.setattr(type(model), "_forward_planned", planned)
-        model.signed_layers = None  # the general path alone: the same answers
-        for c in cases:
-            seq = engine.prepare(golden["prompts"][c["prompt"]],
-                                 SamplingParams(**c["engine_params"]))
-            decode_in_this_thread(engine, seq)
-            assert seq.generated == c["answer"]
-
-
-@pytest.mark.parametrize("rows", [1, 2], ids=["batch1-signed", "batch2-planned"])
+@pytest.mark.parametrize("rows", [1, 2], ids=["batch1", "batch2"])
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada", "dream"])
 def test_last_layer_on_logit_rows_only_matches_the_full_forward(family, rows, monkeypatch):
     """Past the keys and values, the last layer is row-wise: it runs its queries, output
-    projection and MLP on the rows that give logits only (the rows past logits_start; for one
-    row, only the window slots its policy can read: runner._some_logits). On every such pass of
-    real requests (one row: the signed forward; two rows: the general planned forward) the
-    logits equal those of the same forward asked for every row, sliced, and the answers stay
-    the goldens."""
+    projection and MLP on the rows that give logits only (the rows past logits_start). On every
+    such pass of real requests the logits equal those of the same forward asked for every
+    row, sliced, and the answers stay the goldens."""
     with golden_engine(family) as (golden, engine):
         model = engine.runner.model
-        planned = type(model)._forward_planned
+        forward = type(model).forward_step
         trimmed = []
 
-        def both(self, *args):
-            got = planned(self, *args)
-            start = args[6]
+        def both(self, *args, **kwargs):
+            got = forward(self, *args, **kwargs)
+            start = args[8]
             if start:  # writing the same K/V twice is harmless
-                full = planned(self, *args[:6], 0, args[7])[:, start:]
+                full = forward(self, *args[:8], 0, **kwargs)[:, start:]
                 assert got.shape == full.shape
                 assert (got - full).abs().max() <= 1e-4 * full.abs().max()
                 trimmed.append((args[0].shape[0], args[0].shape[1] - start))
             return got
 
-        rows_only = type(model).forward_rows
-
-        def window(self, input_ids, kv_cache, start, end, plan):
-            got = rows_only(self, input_ids, kv_cache, start, end, plan)
-            if got is not None:  # against the same forward asked for every row
-                full = self._forward_signed(input_ids, 0, plan)[:, start:end]
-                assert got.shape == full.shape
-                assert (got - full).abs().max() <= 1e-4 * full.abs().max()
-                trimmed.append((1, end - start))
-            return got
-
-        monkeypatch.setattr(type(model), "_forward_planned", both)
-        monkeypatch.setattr(type(model), "forward_rows", window)
+        monkeypatch.setattr(type(model), "forward_step", both)
         cases = golden["cases"][::3]
         for i in range(0, len(cases), rows):
             group = cases[i:i + rows]
@@ -173,14 +97,36 @@ def test_last_layer_on_logit_rows_only_matches_the_full_forward(family, rows, mo
         assert any(b == rows for b, _ in trimmed)  # the path under test was taken
 
 
-def test_signed_residual_weights_only_for_small_cpu_fp32_models():
-    _, golden = load_golden("sdar")
-    engine = Engine.from_pretrained(GOLDEN / "sdar" / "fixture",
-                                    EngineConfig(max_running=1, dtype="float32"))
-    try:
-        model = engine.runner.model
-        assert model.signed_layers is not None
-        model.SIGNED_MAX_HIDDEN = model.config.hidden_size - 1
-        assert model._signed_residual_weights() is None
-    finally:
-        engine.close()
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
+def test_every_pass_runs_the_one_forward_eager_or_fixed_shape(family, monkeypatch):
+    """One runner path (issue 40, item 5): each pass calls DiffusionLM.forward_step exactly once,
+    with the runner's plan when eager and with none (its geometry built for the pass) on the
+    padded fixed shapes of static_shapes, and both give the goldens."""
+    _, golden = load_golden(family)
+    cases = golden["cases"][::4]
+    calls: list[bool] = []
+    passes: list[int] = []
+    forward = DiffusionLM.forward_step
+
+    def counted(self, *args, plan=None):
+        calls.append(plan is not None)
+        return forward(self, *args, plan=plan)
+
+    monkeypatch.setattr(DiffusionLM, "forward_step", counted)
+    for static in (False, True):
+        engine = Engine.from_pretrained(GOLDEN / family / "fixture", EngineConfig(
+            max_running=4, dtype="float32", static_shapes=static, batch_buckets=(1, 2, 4)))
+        try:
+            calls.clear()
+            passes.clear()
+            engine.runner.step = lambda *a, step=engine.runner.step, **k: (
+                passes.append(1) or step(*a, **k))
+            seqs = [engine.prepare(golden["prompts"][c["prompt"]],
+                                   SamplingParams(**c["engine_params"])) for c in cases[:4]]
+            decode_in_this_thread(engine, *seqs)
+            assert [s.generated for s in seqs] == [c["answer"] for c in cases[:4]]
+            assert len(calls) == len(passes) > 0
+            assert not static or (engine.runner.static.shapes and not all(calls))
+            assert static or all(calls)
+        finally:
+            engine.close()
