@@ -316,12 +316,6 @@ class DiffusionLM(nn.Module):
         hidden = _norm(x[:, logits_start:], self.norm, cfg.rms_norm_eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
 
-    def forward_rows(self, input_ids, kv_cache, logits_start: int, logits_end: int, plan):
-        """Always None ("no such path": the runner computes every window row's logits). The
-        engine no longer calls it; kept only because latency_bench.engine_host wraps it by
-        name. Remove with that reference."""
-        return None
-
 
 def _norm(x: torch.Tensor, norm: RMSNorm, eps: float) -> torch.Tensor:
     if x.dtype == torch.float32:  # F.rms_norm without its Python wrapper

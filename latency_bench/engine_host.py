@@ -121,15 +121,14 @@ def _time_run(engine: Engine, chats, params, concurrency: int) -> dict:
         _wrap(engine, name, timed(busy))
     _wrap(engine.scheduler, "schedule", timed(busy))
     model = engine.runner.model
-    for name in ("forward_step", "forward_rows"):
-        _wrap(model, name, timed(forward))
+    _wrap(model, "forward_step", timed(forward))
     passes0 = engine.total_passes
     try:
         asyncio.run(_drive(engine, chats, params, concurrency))
     finally:
         _unwrap(engine, *worker)
         _unwrap(engine.scheduler, "schedule")
-        _unwrap(model, "forward_step", "forward_rows")
+        _unwrap(model, "forward_step")
     passes = max(engine.total_passes - passes0, 1)
     return {"host_us_per_pass": (busy[0] - forward[0]) / passes * 1e6,
             "forward_us_per_pass": forward[0] / passes * 1e6, "timed_passes": passes}
