@@ -1,9 +1,13 @@
 """ASR benchmark: per-utterance final-transcript latency and WER of the streaming recognisers,
-on espeak-ng receptionist questions in several voices, through the real pipecat wiring.
+on spoken receptionist sentences in several voices, through the real pipecat wiring, as the
+browser (16 kHz) or a phone line (8 kHz mu-law) delivers them.
 
     python -m diffvoice.latency_bench.asr_bench --out docs/latency/asr-cpu.json \
         [--asr pocketsphinx,whisper-tiny.en] [--voices en-us:150,en-gb-x-rp:175,en-us+f3:135] \
         [--stop-secs 0.5] [--sentences docs/latency/asr-sentences.txt] [--limit N] [--merge]
+        [--corpus sentences|turns] [--kokoro-voices jm_kumo,jf_gongitsune]
+        [--kokoro-speeds 1.0,1.15] [--per-speaker N --seed S] [--rates 16000,8000]
+        [--cache DIR] [--note TEXT]
 
 Each utterance (0.3 s lead silence, speech, 1.5 s silence) is fed in real time as 20 ms frames to
 [STT -> tap -> user aggregator with pipecat's Silero VAD], exactly as voice.pipeline wires them.
@@ -12,7 +16,29 @@ Per utterance it records, on the event loop's clock: the end of speech as the au
 one. `final_after_vad_stop_ms` is what the pipeline waits for the transcript once the VAD has
 ended the segment; `final_after_speech_end_ms` adds the VAD's silence window. Whisper also logs
 each pass (features / encoder / decoder ms) and whether the final reused the last pass.
-WER is word-level Levenshtein over lowercase words without punctuation.
+WER is word-level Levenshtein over lowercase words without punctuation (latency_bench.wer).
+
+What is spoken: `--corpus sentences` (default) reads `--sentences` and speaks them with the
+espeak-ng `--voices` (voice:wpm list). `--corpus turns` takes the turn-taking corpus's one-breath
+texts (latency_bench.corpus: RECEPTIONIST_PROMPTS and every line of SLOT_DIALOGUES, the slot
+answers included; the paused prompts are left out) spoken by the espeak-ng development voices x
+speeds (corpus.DEFAULT_VOICES x DEFAULT_SPEEDS, unless `--voices` is given) and the
+`--kokoro-voices` x `--kokoro-speeds` (the hold-out voices, latency_bench.speakers.Synth).
+`--per-speaker N` keeps N texts per speaker, drawn with `random.Random(f"{seed}:{tag}")` so the
+subset is fixed by `--seed`. WAVs are cached under `--cache` (same keys as the voice bench's
+corpus cache, so pointing it there reuses its files).
+
+`--rates 16000,8000`: every utterance is heard at each rate, one after the other. 16000 is the
+browser path (the 16 kHz prompt as is). 8000 is the phone path (`phone_path`): the prompt as the
+load generator's Twilio caller sends it (latency_bench.twilio_client: soxr down to 8 kHz,
+voice.telephony.mulaw.encode per 20 ms frame, as base64 Media Streams `media` messages), decoded
+by the server's own voice.telephony.media_stream.CallSerializer (mu-law by table, then pipecat's
+soxr stream resampler up to 16 kHz, no ingest limit); what each 20 ms message releases is fed
+at that message's time, as the server's pipeline gets it (`phone_ticks`: ~95 ms blocks every 4-5
+messages). Speech bounds stay those of the 16 kHz prompt, so the phone path's latency includes
+the resampler's hold-back (17-110 ms). Reports are keyed `<asr>` with one rate and
+`<asr>@<rate>` with several; each summary has `per_voice` (utterances, reference words, edits,
+corpus WER, split: "development" for espeak-ng, "hold-out" for Kokoro).
 
 Knows nothing about the engine or TTS. Nothing is downloaded.
 """
@@ -21,9 +47,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -31,12 +59,90 @@ from pathlib import Path
 
 import numpy as np
 
-from diffvoice.latency_bench.wer import wer
+from diffvoice.latency_bench.wer import wer, word_edits
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SENTENCES = REPO / "docs" / "latency" / "asr-sentences.txt"
-DEFAULT_VOICES = "en-us:150,en-gb-x-rp:175,en-us+f3:135"
+DEFAULT_VOICES_SENTENCES = "en-us:150,en-gb-x-rp:175,en-us+f3:135"
 CHUNK = 320  # 20 ms at 16 kHz
+
+
+def turn_texts() -> list[str]:
+    """The turn-taking corpus's one-breath texts: its questions, then every line of its slot
+    dialogues (requests and the one- or two-word answers), each once."""
+    from diffvoice.latency_bench.corpus import RECEPTIONIST_PROMPTS, SLOT_DIALOGUES
+
+    texts = list(RECEPTIONIST_PROMPTS) + [line for d in SLOT_DIALOGUES for line in d]
+    return list(dict.fromkeys(texts))
+
+
+def pick_texts(texts: list[str], tag: str, per_speaker: int, seed: int) -> list[str]:
+    """`per_speaker` of `texts` for the speaker tagged `tag` (all when 0 or more than there
+    are), in corpus order; the draw depends only on (seed, tag)."""
+    if not per_speaker or per_speaker >= len(texts):
+        return list(texts)
+    chosen = set(random.Random(f"{seed}:{tag}").sample(range(len(texts)), per_speaker))
+    return [t for i, t in enumerate(texts) if i in chosen]
+
+
+async def phone_path(pcm: np.ndarray) -> np.ndarray:
+    """16 kHz int16 speech as the server hears it from a Twilio caller (`phone_ticks`), as one
+    array: about twice the 8 kHz samples, less what the resampler still holds (a call never
+    flushes it)."""
+    ticks = await phone_ticks(pcm)
+    return np.concatenate(ticks) if ticks else np.zeros(0, np.int16)
+
+
+async def phone_ticks(pcm: np.ndarray) -> list[np.ndarray]:
+    """16 kHz int16 speech as the server hears it from a Twilio caller: downsampled to 8 kHz and
+    mu-law encoded per 20 ms frame as latency_bench.twilio_client sends it, then decoded by
+    voice.telephony.media_stream.CallSerializer (mu-law table + pipecat's soxr stream resampler
+    to 16 kHz). One int16 array per 20 ms media message: the audio that message released to
+    the pipeline, often none (the VHQ stream resampler releases ~95 ms blocks every 4-5
+    messages, holding back 17-110 ms)."""
+    from pipecat.frames.frames import InputAudioRawFrame, StartFrame
+
+    from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
+    from diffvoice.latency_bench.twilio_client import FRAME_SAMPLES, _phone_audio
+    from diffvoice.voice.ingest_limit import IngestLimit
+    from diffvoice.voice.telephony import mulaw
+    from diffvoice.voice.telephony.media_stream import CallSerializer
+    from diffvoice.voice.telephony.playout import PlayoutTracker
+
+    pcm = np.asarray(pcm, dtype=np.int16)
+    prompt = Prompt(
+        name="phone", text=None, pcm=pcm, speech_start_s=0.0, speech_end_s=len(pcm) / SAMPLE_RATE
+    )
+    phone, _ = _phone_audio(prompt)
+    serializer = CallSerializer(
+        stream_sid="MZbench",
+        call_sid="CAbench",
+        tracker=PlayoutTracker(lambda _record: None),
+        on_stop=lambda: None,
+        ingest_limit=IngestLimit(rate=0),
+    )
+    await serializer.setup(
+        StartFrame(audio_in_sample_rate=SAMPLE_RATE, audio_out_sample_rate=SAMPLE_RATE)
+    )
+    out: list[np.ndarray] = []
+    for k in range(len(phone) // FRAME_SAMPLES):
+        payload = mulaw.encode(phone[k * FRAME_SAMPLES : (k + 1) * FRAME_SAMPLES])
+        frame = await serializer.deserialize(
+            json.dumps(
+                {
+                    "event": "media",
+                    "streamSid": "MZbench",
+                    "media": {"payload": base64.b64encode(payload).decode("ascii")},
+                }
+            )
+        )
+        released = np.zeros(0, np.int16)
+        if isinstance(frame, InputAudioRawFrame):
+            if frame.sample_rate != SAMPLE_RATE:
+                raise RuntimeError(f"the serializer gave {frame.sample_rate} Hz audio")
+            released = np.frombuffer(frame.audio, dtype=np.int16)
+        out.append(released)
+    return out
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -46,8 +152,15 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 async def run_utterance(
-    backend, pcm: np.ndarray, speech_start_s: float, speech_end_s: float, stop_secs: float
+    backend,
+    pcm: np.ndarray,
+    speech_start_s: float,
+    speech_end_s: float,
+    stop_secs: float,
+    ticks: list[np.ndarray] | None = None,
 ) -> dict:
+    """`pcm` fed as 20 ms frames in real time; or, with `ticks`, one entry every 20 ms, each
+    queued as one frame when not empty (the phone path's bursts, `phone_ticks`)."""
     from pipecat.audio.vad.silero import SileroVADAnalyzer
     from pipecat.audio.vad.vad_analyzer import VADParams
     from pipecat.frames.frames import (
@@ -84,7 +197,7 @@ async def run_utterance(
     aggregators = LLMContextAggregatorPair(
         LLMContext(messages=[]),
         user_params=LLMUserAggregatorParams(
-            vad_analyzer=vad, user_turn_strategies=_turn_strategies(False)
+            vad_analyzer=vad, user_turn_strategies=_turn_strategies()
         ),
     )
     worker = PipelineWorker(
@@ -103,11 +216,16 @@ async def run_utterance(
     await runner.add_workers(worker)
     run = asyncio.create_task(runner.run())
     await asyncio.wait_for(started.wait(), 30)
-    data = pcm.tobytes()
+    if ticks is None:
+        data = pcm.tobytes()
+        ticks = [data[start : start + CHUNK * 2] for start in range(0, len(data), CHUNK * 2)]
+    else:
+        ticks = [t.tobytes() for t in ticks]
     t0 = time.monotonic()
     speech_end_t = t0 + speech_end_s
-    for k, start in enumerate(range(0, len(data), CHUNK * 2)):
-        await worker.queue_frame(InputAudioRawFrame(data[start : start + CHUNK * 2], 16000, 1))
+    for k, chunk in enumerate(ticks):
+        if chunk:
+            await worker.queue_frame(InputAudioRawFrame(chunk, 16000, 1))
         await asyncio.sleep(max(0.0, t0 + (k + 1) * CHUNK / 16000 - time.monotonic()))
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:  # the last VAD stop must have its final (or none)
@@ -148,6 +266,21 @@ async def run_utterance(
     return record
 
 
+def per_voice(records: list[dict]) -> dict:
+    """Per voice (all its speeds together): utterances, reference words, word edits, corpus
+    WER (edits / words) and its split, in first-seen order."""
+    out: dict[str, dict] = {}
+    for r in records:
+        edits, words = word_edits(r["ref"], r["text"])
+        v = out.setdefault(r["voice"], {"split": r.get("split"), "n": 0, "words": 0, "edits": 0})
+        v["n"] += 1
+        v["words"] += words
+        v["edits"] += edits
+    for v in out.values():
+        v["wer"] = round(v["edits"] / v["words"], 4) if v["words"] else None
+    return out
+
+
 def summarize(records: list[dict]) -> dict:
     after_stop = [r["final_after_vad_stop_ms"] for r in records if r["final_after_vad_stop_ms"]]
     after_end = [r["final_after_speech_end_ms"] for r in records if r["final_after_speech_end_ms"]]
@@ -158,6 +291,7 @@ def summarize(records: list[dict]) -> dict:
             voice: round(wer([(r["ref"], r["text"]) for r in records if r["voice"] == voice]), 4)
             for voice in sorted({r["voice"] for r in records})
         },
+        "per_voice": per_voice(records),
         "final_after_vad_stop_ms": {q: _pct(after_stop, v) for q, v in (("p50", 50), ("p90", 90))},
         "final_after_speech_end_ms": {q: _pct(after_end, v) for q, v in (("p50", 50), ("p90", 90))},
         "no_final": sum(1 for r in records if not r["text"]),
@@ -178,37 +312,81 @@ def summarize(records: list[dict]) -> dict:
     return out
 
 
+def speakers_and_texts(args) -> list[tuple[object, list[str]]]:
+    """(Speaker, its texts) pairs for the chosen corpus (module docstring)."""
+    from diffvoice.latency_bench.corpus import DEFAULT_SPEEDS, DEFAULT_VOICES
+    from diffvoice.latency_bench.speakers import Speaker, kokoro_speakers
+
+    if args.corpus == "turns":
+        texts = turn_texts()
+        voices = args.voices or ",".join(f"{v}:{s}" for v in DEFAULT_VOICES for s in DEFAULT_SPEEDS)
+    else:
+        texts = args.texts
+        voices = args.voices or DEFAULT_VOICES_SENTENCES
+    speakers = [
+        Speaker("espeak", v, int(r)) for v, r in (spec.split(":") for spec in voices.split(","))
+    ]
+    if args.kokoro_voices:
+        speakers += kokoro_speakers(
+            args.kokoro_voices.split(","), [float(x) for x in args.kokoro_speeds.split(",")]
+        )
+    return [(sp, pick_texts(texts, sp.tag, args.per_speaker, args.seed)) for sp in speakers]
+
+
 async def bench(args) -> dict:
-    from diffvoice.latency_bench.corpus import synthesize_corpus
+    from diffvoice.latency_bench.corpus import spoken_prompts
+    from diffvoice.latency_bench.speakers import Synth
     from diffvoice.voice.asr.resolve import resolve_asr
 
-    texts = args.texts
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "diffvoice" / "asr"
+    cache = args.cache_dir
+    synth = Synth()
     prompts = []
-    for spec in args.voices.split(","):
-        voice, rate = spec.split(":")
-        for p in synthesize_corpus(texts, [voice], [int(rate)], cache, lead_silence_s=0.3):
-            prompts.append((voice + ":" + rate, p))
+    for speaker, texts in speakers_and_texts(args):
+        for p in spoken_prompts(texts, [speaker], cache, lead_silence_s=0.3, synth=synth):
+            prompts.append((speaker, p))
+    rates = [int(r) for r in args.rates.split(",")]
+    tail = np.zeros(int(1.5 * 16000), np.int16)
     results = {}
     for asr in args.asr.split(","):
         backend = resolve_asr(asr, "cpu")
         if backend.warnings:
             print(f"{asr}: {backend.warnings}", file=sys.stderr)
-        records = []
-        for voice, prompt in prompts:
-            pcm = np.concatenate([prompt.pcm, np.zeros(int(1.5 * 16000), np.int16)])
-            record = await run_utterance(
-                backend,
-                pcm,
-                float(prompt.speech_start_s),
-                float(prompt.speech_end_s),
-                args.stop_secs,
-            )
-            record.update(voice=voice, ref=prompt.text)
-            records.append(record)
-            print(f"{backend.name} {voice} {record['final_after_vad_stop_ms']} ms: "
-                  f"{prompt.text!r} -> {record['text']!r}", file=sys.stderr)  # fmt: skip
-        results[backend.name] = {"summary": summarize(records), "utterances": records}
+        records: dict[int, list[dict]] = {rate: [] for rate in rates}
+        for speaker, prompt in prompts:
+            heard = np.concatenate([prompt.pcm, tail])
+            for rate in rates:  # the same utterance at each rate, back to back
+                ticks = None if rate == 16000 else await phone_ticks(heard)
+                record = await run_utterance(
+                    backend,
+                    heard,
+                    float(prompt.speech_start_s),
+                    float(prompt.speech_end_s),
+                    args.stop_secs,
+                    ticks=ticks,
+                )
+                record.update(
+                    voice=speaker.label
+                    if args.corpus == "turns"
+                    else f"{speaker.voice}:{int(speaker.speed)}",
+                    speaker=speaker.tag,
+                    engine=speaker.engine,
+                    split="development" if speaker.engine == "espeak" else "hold-out",
+                    rate=rate,
+                    ref=prompt.text,
+                )
+                records[rate].append(record)
+                print(
+                    f"{backend.name} {rate} {speaker.tag} {record['final_after_vad_stop_ms']} "
+                    f"ms: {prompt.text!r} -> {record['text']!r}",
+                    file=sys.stderr,
+                )
+        for rate in rates:
+            key = backend.name if rates == [16000] else f"{backend.name}@{rate}"
+            results[key] = {
+                "rate": rate,
+                "summary": summarize(records[rate]),
+                "utterances": records[rate],
+            }
     return results
 
 
@@ -216,12 +394,44 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/latency/asr-cpu.json", help="JSON report path")
     parser.add_argument("--asr", default="pocketsphinx,whisper-tiny.en", help="recognisers")
-    parser.add_argument("--voices", default=DEFAULT_VOICES, help="espeak-ng voice:wpm list")
+    parser.add_argument(
+        "--voices",
+        default=None,
+        help="espeak-ng voice:wpm list (default: "
+        f"{DEFAULT_VOICES_SENTENCES}; --corpus turns: its voices x speeds)",
+    )
     parser.add_argument("--stop-secs", type=float, default=0.5, help="Silero VAD stop_secs")
     parser.add_argument("--sentences", default=str(DEFAULT_SENTENCES), help="one per line")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
     parser.add_argument("--merge", action="store_true", help="add to an existing --out report")
+    parser.add_argument(
+        "--corpus",
+        choices=("sentences", "turns"),
+        default="sentences",
+        help="--sentences file, or the turn-taking corpus's one-breath texts",
+    )
+    parser.add_argument("--kokoro-voices", default="", help="Kokoro voices (hold-out) to add")
+    parser.add_argument("--kokoro-speeds", default="1.0,1.15", help="Kokoro speed multipliers")
+    parser.add_argument(
+        "--per-speaker",
+        type=int,
+        default=0,
+        help="N texts per speaker, a fixed draw per --seed (0: all)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --per-speaker draw")
+    parser.add_argument(
+        "--rates", default="16000", help="16000 (browser) and/or 8000 (Twilio mu-law phone path)"
+    )
+    parser.add_argument("--cache", default="", help="WAV cache (default ~/.cache/diffvoice/asr)")
+    parser.add_argument("--note", action="append", default=[], help="a note for the report")
     args = parser.parse_args(argv)
+    if not {int(r) for r in args.rates.split(",")} <= {16000, 8000}:
+        parser.error("--rates takes 16000 and/or 8000")
+    args.cache_dir = (
+        Path(args.cache).expanduser()
+        if args.cache
+        else (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "diffvoice" / "asr")
+    )
     args.texts = [t.strip() for t in Path(args.sentences).read_text().splitlines() if t.strip()]
     args.texts = args.texts[: args.limit] if args.limit else args.texts
     from loguru import logger
@@ -237,7 +447,16 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_before": load_before,
         "load_avg_after": os.getloadavg(),
         "stop_secs": args.stop_secs,
+        "corpus": args.corpus,
         "voices": args.voices,
+        "kokoro_voices": args.kokoro_voices,
+        "kokoro_speeds": args.kokoro_speeds if args.kokoro_voices else None,
+        "per_speaker": args.per_speaker,
+        "seed": args.seed,
+        "rates": args.rates,
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "notes": args.note,
         "asr": list(results),
         "wall_s": round(time.time() - started, 1),
     }
