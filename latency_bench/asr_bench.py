@@ -35,8 +35,9 @@ voice.telephony.mulaw.encode per 20 ms frame, as base64 Media Streams `media` me
 by the server's own voice.telephony.media_stream.CallSerializer (mu-law by table, then pipecat's
 soxr stream resampler up to 16 kHz, no ingest limit); what each 20 ms message releases is fed
 at that message's time, as the server's pipeline gets it (`phone_ticks`: ~95 ms blocks every 4-5
-messages). Speech bounds stay those of the 16 kHz prompt, so the phone path's latency includes
-the resampler's hold-back (17-110 ms). Reports are keyed `<asr>` with one rate and
+messages with pipecat's default "VHQ"; none with the server's "QQ"). `8000/VHQ` runs the phone
+path with another soxr quality. Speech bounds stay those of the 16 kHz prompt, so the phone
+path's latency includes the resampler's hold-back (17-110 ms with "VHQ"). Reports are keyed `<asr>` with one rate and
 `<asr>@<rate>` with several; each summary has `per_voice` (utterances, reference words, edits,
 corpus WER, split: "development" for espeak-ng, "hold-out" for Kokoro).
 
@@ -85,15 +86,15 @@ def pick_texts(texts: list[str], tag: str, per_speaker: int, seed: int) -> list[
     return [t for i, t in enumerate(texts) if i in chosen]
 
 
-async def phone_path(pcm: np.ndarray) -> np.ndarray:
+async def phone_path(pcm: np.ndarray, quality: str | None = None) -> np.ndarray:
     """16 kHz int16 speech as the server hears it from a Twilio caller (`phone_ticks`), as one
     array: about twice the 8 kHz samples, less what the resampler still holds (a call never
     flushes it)."""
-    ticks = await phone_ticks(pcm)
+    ticks = await phone_ticks(pcm, quality)
     return np.concatenate(ticks) if ticks else np.zeros(0, np.int16)
 
 
-async def phone_ticks(pcm: np.ndarray) -> list[np.ndarray]:
+async def phone_ticks(pcm: np.ndarray, quality: str | None = None) -> list[np.ndarray]:
     """16 kHz int16 speech as the server hears it from a Twilio caller: downsampled to 8 kHz and
     mu-law encoded per 20 ms frame as latency_bench.twilio_client sends it, then decoded by
     voice.telephony.media_stream.CallSerializer (mu-law table + pipecat's soxr stream resampler
@@ -120,6 +121,7 @@ async def phone_ticks(pcm: np.ndarray) -> list[np.ndarray]:
         tracker=PlayoutTracker(lambda _record: None),
         on_stop=lambda: None,
         ingest_limit=IngestLimit(rate=0),
+        **({"resampler_quality": quality} if quality else {}),
     )
     await serializer.setup(
         StartFrame(audio_in_sample_rate=SAMPLE_RATE, audio_out_sample_rate=SAMPLE_RATE)
@@ -143,6 +145,15 @@ async def phone_ticks(pcm: np.ndarray) -> list[np.ndarray]:
             released = np.frombuffer(frame.audio, dtype=np.int16)
         out.append(released)
     return out
+
+
+def _rate_spec(spec: str) -> tuple[str, int, str | None]:
+    """"16000", "8000" or "8000/VHQ" (the phone path with that soxr quality instead of the
+    server's, voice.telephony.media_stream.INPUT_RESAMPLER_QUALITY) -> (spec, Hz, quality)."""
+    rate, _, quality = spec.strip().partition("/")
+    if rate not in ("16000", "8000") or (quality and rate != "8000"):
+        raise ValueError(f"rate must be 16000, 8000 or 8000/QUALITY, got {spec!r}")
+    return spec.strip(), int(rate), quality or None
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -344,18 +355,19 @@ async def bench(args) -> dict:
     for speaker, texts in speakers_and_texts(args):
         for p in spoken_prompts(texts, [speaker], cache, lead_silence_s=0.3, synth=synth):
             prompts.append((speaker, p))
-    rates = [int(r) for r in args.rates.split(",")]
+    paths = [_rate_spec(spec) for spec in args.rates.split(",")]
+    rates = [spec for spec, _, _ in paths]
     tail = np.zeros(int(1.5 * 16000), np.int16)
     results = {}
     for asr in args.asr.split(","):
         backend = resolve_asr(asr, "cpu")
         if backend.warnings:
             print(f"{asr}: {backend.warnings}", file=sys.stderr)
-        records: dict[int, list[dict]] = {rate: [] for rate in rates}
+        records: dict[str, list[dict]] = {rate: [] for rate in rates}
         for speaker, prompt in prompts:
             heard = np.concatenate([prompt.pcm, tail])
-            for rate in rates:  # the same utterance at each rate, back to back
-                ticks = None if rate == 16000 else await phone_ticks(heard)
+            for rate, hz, quality in paths:  # the same utterance each way, back to back
+                ticks = None if hz == 16000 else await phone_ticks(heard, quality)
                 record = await run_utterance(
                     backend,
                     heard,
@@ -371,7 +383,7 @@ async def bench(args) -> dict:
                     speaker=speaker.tag,
                     engine=speaker.engine,
                     split="development" if speaker.engine == "espeak" else "hold-out",
-                    rate=rate,
+                    rate=hz,
                     ref=prompt.text,
                 )
                 records[rate].append(record)
@@ -380,10 +392,11 @@ async def bench(args) -> dict:
                     f"ms: {prompt.text!r} -> {record['text']!r}",
                     file=sys.stderr,
                 )
-        for rate in rates:
-            key = backend.name if rates == [16000] else f"{backend.name}@{rate}"
+        for rate, hz, quality in paths:
+            key = backend.name if rates == ["16000"] else f"{backend.name}@{rate}"
             results[key] = {
-                "rate": rate,
+                "rate": hz,
+                **({"resampler_quality": quality} if quality else {}),
                 "summary": summarize(records[rate]),
                 "utterances": records[rate],
             }
@@ -420,13 +433,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the --per-speaker draw")
     parser.add_argument(
-        "--rates", default="16000", help="16000 (browser) and/or 8000 (Twilio mu-law phone path)"
+        "--rates", default="16000", help="16000 (browser) and/or 8000 (Twilio mu-law phone path; 8000/VHQ: with that "
+        "soxr quality)"
     )
     parser.add_argument("--cache", default="", help="WAV cache (default ~/.cache/diffvoice/asr)")
     parser.add_argument("--note", action="append", default=[], help="a note for the report")
     args = parser.parse_args(argv)
-    if not {int(r) for r in args.rates.split(",")} <= {16000, 8000}:
-        parser.error("--rates takes 16000 and/or 8000")
+    try:
+        [_rate_spec(spec) for spec in args.rates.split(",")]
+    except ValueError as e:
+        parser.error(str(e))
     args.cache_dir = (
         Path(args.cache).expanduser()
         if args.cache

@@ -24,7 +24,8 @@ drops on the floor:
   ``ingest_limit`` when given, else the serve config's when the app is ``diffvoice serve``'s
   (``app.state.diffvoice``), else the defaults (1.5x, 2 s);
 - caller audio is decoded from the message already parsed (mu-law by table,
-  voice.telephony.mulaw, then pipecat's own soxr stream resampler to the pipeline rate) instead
+  voice.telephony.mulaw, then pipecat's own soxr stream resampler to the pipeline rate, at
+  ``INPUT_RESAMPLER_QUALITY``: the quick one, which holds back no audio) instead
   of pipecat's deserialize, which parses every 20 ms message's JSON a second time (3-4% of the
   event loop's time with 16 Twilio callers).
 
@@ -52,6 +53,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from pipecat.audio.resamplers.soxr_stream_resampler import SOXRStreamAudioResampler
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
@@ -82,6 +84,12 @@ from diffvoice.voice.transport.vad_aligned import VadAlignedInput
 logger = logging.getLogger(__name__)
 
 TWILIO_SAMPLE_RATE = 8000
+# The caller's 8 -> 16 kHz stream resampler. pipecat's default (soxr "VHQ") holds back 63 ms of
+# a call's audio at the median and up to 110 ms (its long filter releases ~95 ms blocks every
+# 4-5 media messages): the VAD hears the caller stop that much later on every turn. "QQ"
+# (quick cubic) holds back nothing; the phone band has nothing above 4 kHz for a sharper filter
+# to keep. Measured: python -m diffvoice.latency_bench.phone_resampler (docs/latency/turn-taking.md)
+INPUT_RESAMPLER_QUALITY = "QQ"
 CLOSE_POLICY_VIOLATION = 1008  # audio_too_fast
 MAX_MALFORMED = 50  # malformed messages one call may send before it is closed (1007)
 MAX_MEDIA_PAYLOAD_CHARS = 64 * 1024  # base64; Twilio sends 20 ms = 160 bytes = 216 chars
@@ -101,6 +109,7 @@ class CallSerializer(TwilioFrameSerializer):
         auth_token: str | None = None,
         rest_base_url: str | None = None,
         ingest_limit: IngestLimit | None = None,
+        resampler_quality: str = INPUT_RESAMPLER_QUALITY,
     ):
         auto_hang_up = bool(account_sid and call_sid and auth_token)
         super().__init__(
@@ -117,6 +126,8 @@ class CallSerializer(TwilioFrameSerializer):
                 resampler_clear_after_secs=None,
             ),
         )
+        self._input_resampler = SOXRStreamAudioResampler(quality=resampler_quality,
+                                                         clear_after_secs=None)
         self.stream_sid = stream_sid
         self.call_sid = call_sid
         self.auto_hang_up = auto_hang_up
