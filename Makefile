@@ -17,7 +17,7 @@ TORCH_INSTALL ?= yes
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix bench-voice-turns clean
+.PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix bench-voice-turns bench-voice-turns-defaults clean
 
 # The runtime venv: torch first (from TORCH_INDEX when given, see above), then the project,
 # whose torch range the installed build already satisfies. Re-run whenever pyproject.toml changes.
@@ -79,6 +79,15 @@ bench-voice-turns: setup system-deps
 	$(VENV)/bin/diffvoice bench voice --corpus turns --kokoro-voices jm_kumo,jf_gongitsune \
 	  --concurrency 1,4 --min-turns 60 --matrix "smart_turn=off,on stop_secs=0.2,0.4" \
 	  --bot-quiet-s 1.0 --pause-s 0.3 --out docs/latency/voice-turns-cpu.json
+
+# issue 42's goals at the embedded defaults, browser and Twilio callers, one run (~30 min)
+bench-voice-turns-defaults: setup system-deps
+	$(VENV)/bin/diffvoice bench voice --corpus turns --kokoro-voices jm_kumo,jf_gongitsune \
+	  --concurrency 1,4 --min-turns 60 --bot-quiet-s 1.0 --pause-s 0.3 \
+	  --out docs/latency/voice-turns-defaults-cpu.json
+	$(VENV)/bin/diffvoice bench voice --protocol twilio --corpus turns \
+	  --kokoro-voices jm_kumo,jf_gongitsune --concurrency 1,4 --min-turns 60 --bot-quiet-s 1.0 \
+	  --pause-s 0.3 --out docs/latency/voice-turns-twilio-cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache
