@@ -95,7 +95,8 @@ class AnswerInfo:
         if self.turn is not None:
             out.update(draft_hit=self.turn.hit, drafts=self.turn.drafts,
                        extra_passes=self.turn.extra_passes,
-                       draft_ready_t=self.turn.used.t_first_text if self.turn.used else None)
+                       draft_ready_t=self.turn.used.t_first_text if self.turn.used else None,
+                       draft_started_t=self.turn.used.t_started if self.turn.used else None)
         return out
 
 

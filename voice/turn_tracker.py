@@ -17,7 +17,8 @@ user turn ended (`turn_end_t`: UserStoppedSpeakingFrame); without a speech-track
 None, never assumed. Each record also says whether the answer came from an eager draft
 (`draft_hit`), how many drafts the turn started (`drafts`) and the engine passes spent on drafts
 that were thrown away (`extra_passes`), and whether the answer's first text was ready when the
-turn ended (`answer_ready`), from `turn_info()` (voice.llm_service); `user_turn_ends` counts the
+turn ended (`answer_ready`) and how long before the turn's end that draft started
+(`draft_lead_ms`), from `turn_info()` (voice.llm_service); `user_turn_ends` counts the
 user turns that ended since the previous answer began (2 or more: a turn was cut in two and the
 first part's answer never reached the caller). An answer that calls a tool (and says nothing)
 does not end its turn: the tool result's re-prompt is the same turn (`tool_calls` counts the
@@ -269,6 +270,8 @@ class TurnTracker:
             user_turn_ends=turn.user_turn_ends,
             answer_ready=None if info.get("draft_hit") is None else bool(
                 info.get("draft_ready_t") and turn_end_t and info["draft_ready_t"] <= turn_end_t),
+            draft_lead_ms=None if info.get("draft_started_t") is None or turn_end_t is None
+            else round((turn_end_t - info["draft_started_t"]) * 1000.0, 2),
         )
         record = asdict(latency)
         return record

@@ -56,6 +56,12 @@ async def test_turn_records_count_drafts_and_the_call_leaves_nothing_behind(
     for r in records:
         assert r.drafts is not None and r.drafts >= 1, "the final transcript is drafted"
         assert isinstance(r.draft_hit, bool) and r.extra_passes >= 0 and r.answer_passes > 0
+        # a draft that answered started before the turn ended (the final transcript's at the
+        # latest), within the turn; no draft answered, no lead
+        if r.draft_hit:
+            assert 0 <= r.draft_lead_ms < (r.turn_end_t - r.speech_end_t) * 1000 + scaled(5000)
+        else:
+            assert r.draft_lead_ms is None
         assert r.speech_end_t is not None and r.speech_end_t < r.vad_stop_t <= r.turn_end_t
         assert r.endpointing_ms == round((r.turn_end_t - r.speech_end_t) * 1000, 2)
         # the VAD needs stop_secs of silence; the turn ends within the window (+ ASR, slack)

@@ -14,7 +14,9 @@ Per VAD segment (frame contract: voice.asr.streaming_stt) one worker runs passes
   fewer passes;
 - each pass's text goes through `LocalAgreement(n=2)`; with `prefix_confirmed` the confirmed
   words are forced as the decoder's prefix (fewer tokens to decode, no flicker of words
-  already agreed). The interim transcript is confirmed + newest tail, pushed when it changed;
+  already agreed). The interim transcript is confirmed + newest tail, pushed when it changed,
+  and flagged `at_pause` (pushed again if need be) once the caller has paused for `pause_secs`
+  after all the speech a pass heard, whether that pass ran at the pause or before it;
 - at the VAD stop, if the last pass already heard all the speech (`covered >= loud_until`:
   nothing loud came after it), its text is the final transcript and no pass runs; otherwise
   one final pass over the whole segment runs at once (not held back by the per-call cap),
@@ -142,6 +144,10 @@ class WhisperSTT(StreamingSegmentSTT):
             due = unheard and (end - covered >= opts.min_new_audio_secs * rate or paused)
             wait = last_start + min_gap - time.monotonic()
             if not due:
+                if paused and last_text is not None:  # the last pass heard all the speech and
+                    # the caller has paused since: its text is the turn's if it ends here
+                    await self._push_interim(segment, joined(last_text),
+                                             joined(agreement.confirmed), at_pause=True)
                 await segment.wait_changed(None)
                 continue
             if wait > 0 and not paused:  # a pause is heard at once: the transcript is ready

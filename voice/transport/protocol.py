@@ -232,6 +232,8 @@ class Latency(Event):
     extra_passes: int | None = None      # engine passes of drafts thrown away this turn
     answer_passes: int | None = None     # engine passes of the answer itself
     answer_ready: bool | None = None     # the draft had text when the turn ended (drafts on)
+    draft_lead_ms: float | None = None   # the answering draft started this long before the turn
+                                         # ended (negative: after); None: no draft answered
     user_turn_ends: int | None = None    # user turns ended since the previous answer began
     tool_calls: int = 0                  # tool calls made before the spoken outcome
     replica: str | None = None  # the serving replica's id when scaled out (voice.scale)

@@ -69,6 +69,25 @@ async def test_a_pause_gets_its_pass_at_once_despite_the_cap():
     assert [f.result.at_pause for f in heard.of(InterimTranscriptionFrame)] == [False, True]
 
 
+async def test_a_pause_after_a_pass_that_heard_everything_flags_that_pass_at_once():
+    """A cadence pass that already heard all the speech needs no pass at the pause: its text
+    is pushed again, flagged at_pause, as soon as the pause is heard (the drafter drafts it
+    then, not at the final transcript after the VAD stop), and the final reuses it."""
+    runner = FakeRunner()
+    stt = _stt(runner, min_new_audio_secs=0.5, pause_secs=0.2, max_passes_per_sec=10)
+    audio = tone(0.5) + silence(0.8)
+    heard = await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.6)])
+    assert [p["final"] for p in stt.pass_log] == [False]  # one pass, nothing after it
+    interims = heard.of(InterimTranscriptionFrame)
+    assert [f.text for f in interims] == [" ".join(WORDS[:5])] * 2
+    assert [f.result.at_pause for f in interims] == [False, True]
+    assert heard.of(TranscriptionFrame)[0].text == " ".join(WORDS[:5])
+    # the flagged interim came at the pause, well before the VAD stop at the end of the audio
+    times = {id(f): t for t, f in heard.frames}
+    final_t = times[id(heard.of(TranscriptionFrame)[0])]
+    assert final_t - times[id(interims[1])] > 0.3
+
+
 async def test_a_pause_the_caller_broke_during_its_pass_is_not_at_pause():
     """A caller who speaks on while the pause's pass runs: that text is not the turn's."""
     runner = FakeRunner(delay_secs=0.3)
