@@ -147,6 +147,11 @@ async def phone_ticks(pcm: np.ndarray, quality: str | None = None) -> list[np.nd
     return out
 
 
+def split_of(speaker) -> str:
+    """"development" for espeak-ng speakers, "hold-out" for Kokoro ones (module docstring)."""
+    return "development" if speaker.engine == "espeak" else "hold-out"
+
+
 def _rate_spec(spec: str) -> tuple[str, int, str | None]:
     """"16000", "8000" or "8000/VHQ" (the phone path with that soxr quality instead of the
     server's, voice.telephony.media_stream.INPUT_RESAMPLER_QUALITY) -> (spec, Hz, quality)."""
@@ -382,7 +387,7 @@ async def bench(args) -> dict:
                     else f"{speaker.voice}:{int(speaker.speed)}",
                     speaker=speaker.tag,
                     engine=speaker.engine,
-                    split="development" if speaker.engine == "espeak" else "hold-out",
+                    split=split_of(speaker),
                     rate=hz,
                     ref=prompt.text,
                 )

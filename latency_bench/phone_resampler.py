@@ -44,9 +44,8 @@ async def measure(qualities: list[str], prompts, runner) -> dict:
             audio = np.concatenate(ticks).astype(np.float32) / 32768.0
             text = runner.run(audio, None).text
             e, n = word_edits(prompt.text, text)
-            split = "development" if speaker.engine == "espeak" else "hold-out"
-            edits[split][0] += e
-            edits[split][1] += n
+            counts = edits[asr_bench.split_of(speaker)]
+            counts[0], counts[1] = counts[0] + e, counts[1] + n
         total_e = sum(e for e, _ in edits.values())
         total_n = sum(n for _, n in edits.values())
         out[quality] = {
