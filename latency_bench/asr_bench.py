@@ -37,9 +37,10 @@ soxr stream resampler up to 16 kHz, no ingest limit); what each 20 ms message re
 at that message's time, as the server's pipeline gets it (`phone_ticks`: ~95 ms blocks every 4-5
 messages with pipecat's default "VHQ"; none with the server's "QQ"). `8000/VHQ` runs the phone
 path with another soxr quality. Speech bounds stay those of the 16 kHz prompt, so the phone
-path's latency includes the resampler's hold-back (17-110 ms with "VHQ"). Reports are keyed `<asr>` with one rate and
-`<asr>@<rate>` with several; each summary has `per_voice` (utterances, reference words, edits,
-corpus WER, split: "development" for espeak-ng, "hold-out" for Kokoro).
+path's latency includes the resampler's hold-back (17-110 ms with "VHQ"). Reports are keyed
+`<asr>` with one rate and `<asr>@<rate>` with several; each summary has `per_voice`
+(utterances, reference words, edits, corpus WER, split: "development" for espeak-ng,
+"hold-out" for Kokoro).
 
 Knows nothing about the engine or TTS. Nothing is downloaded.
 """
@@ -438,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the --per-speaker draw")
     parser.add_argument(
-        "--rates", default="16000", help="16000 (browser) and/or 8000 (Twilio mu-law phone path; 8000/VHQ: with that "
-        "soxr quality)"
+        "--rates", default="16000",
+        help="16000 (browser) and/or 8000 (Twilio mu-law phone path; 8000/VHQ: with that "
+        "soxr quality)",
     )
     parser.add_argument("--cache", default="", help="WAV cache (default ~/.cache/diffvoice/asr)")
     parser.add_argument("--note", action="append", default=[], help="a note for the report")

@@ -56,7 +56,8 @@ for batch, window in ((1, 4), (16, 8)):
             torch.ones(batch, window, dtype=torch.bool), torch.full((batch,), 2))
     compiled = torch.compile(after_forward, dynamic=False)
     t0 = time.perf_counter()
-    same = all(torch.equal(a, b) for a, b in zip(compiled(*args), after_forward(*args)))
+    same = all(torch.equal(a, b)
+               for a, b in zip(compiled(*args), after_forward(*args), strict=True))
     compile_s = time.perf_counter() - t0
     out["cases"].append({"batch": batch, "window": window, "vocab": 400, "same_outputs": same,
                          "compile_s": compile_s, "eager_us": timed(after_forward, *args),

@@ -16,7 +16,6 @@ import threading
 import time
 
 import pytest
-
 from pipecat.frames.frames import (
     CancelFrame,
     InterimTranscriptionFrame,

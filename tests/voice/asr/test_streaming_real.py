@@ -34,7 +34,7 @@ def _assert_interims_then_final(heard, expected: str, min_recall: float) -> None
     pause = [getattr(f.result, "at_pause", False) for f in interims]
     assert all(a != b or (pb and not pa) for a, b, pa, pb
                in zip(texts, texts[1:], pause, pause[1:], strict=False)), (
-        f"unchanged interim pushed: {list(zip(texts, pause))}"
+        f"unchanged interim pushed: {list(zip(texts, pause, strict=True))}"
     )
     assert finals[0].finalized
     heard_words = _words(finals[0].text)
