@@ -12,6 +12,7 @@ same token for token as pass by pass.
 
     n = planner.passes(rows)          # 1 = an ordinary pass
     planner.observe(rows, out)        # after the read: what data-dependent blocks took
+    planner.sure_done(row, n)         # will n passes surely finish the row's block? (overlap)
 
 Per row:
   constrained (tool call / JSON)   1: its skeleton may grow after every pass (constrained.hook)
@@ -110,6 +111,16 @@ class BlockStepPlanner:
         if seq.masks_left < 0:  # a new block
             return first + max(1, math.ceil(self._took.get(self._kind(seq), self.prior) - 0.25))
         return first + _masks(seq)
+
+    @staticmethod
+    def sure_done(seq: Sequence, passes: int) -> bool:
+        """Will `passes` passes from now surely leave the row's decode block without a mask (a
+        fixed schedule that ends within them)? Then the host knows the row's next block before
+        it reads this one (Scheduler.commit_ahead, EngineConfig.overlap)."""
+        if seq.constraint is not None or _policy(seq) not in FIXED:
+            return False
+        exact = _exact_passes(seq)
+        return exact is not None and passes >= int(seq.first_token_due) + exact
 
     def passes(self, rows: list[Sequence]) -> int:
         may_idle, exact = [0], [self.max_passes]  # greedy rows: the most; others cap it

@@ -85,6 +85,16 @@ class _Pending:
     seq: Sequence | None = None
 
 
+@dataclass
+class _Step:
+    """A block step queued on the device (Engine._launch), its read started."""
+
+    rows: list[Sequence]
+    read: object  # runner.PendingRead
+    passes: int
+    ahead: list | None  # Scheduler.commit_ahead's, when the rows moved on before the read
+
+
 # prompts up to this many characters are templated and tokenised on the worker thread (well under
 # a millisecond); longer ones on a thread of their own so no pass waits for them
 PREPARE_ON_WORKER_CHARS = 4096
@@ -126,6 +136,10 @@ class Engine:
         self.total_passes = 0
         self.block_steps = BlockStepPlanner(self.config.block_step_passes)
         self.idle_row_passes = 0  # passes rows sat out in block steps (their block was done)
+        overlap = self.config.overlap
+        self.overlap = self.device.type == "cuda" if overlap is None else overlap
+        self.overlapped_steps = 0  # block steps queued before the previous one was read
+        self.late_row_passes = 0  # passes run by rows whose answer had ended a step before
         self.isolated_passes = 0  # batched passes that failed and were re-run row by row
         # the longest any one request's preparation held the worker thread (seconds): only
         # short, unconstrained prompts are prepared there (see generate)
@@ -254,6 +268,8 @@ class Engine:
                     "drafts": self.scheduler.drafts_in_flight(),
                     "drafts_shed": self.scheduler.shed_total,
                     "isolated_passes": self.isolated_passes,
+                    "overlapped_steps": self.overlapped_steps,
+                    "late_row_passes": self.late_row_passes,
                     "worker_prepare_max_ms": round(self.worker_prepare_max_s * 1e3, 3),
                     "max_running": self.config.max_running, "device": str(self.device),
                     "model": self.model_name}
@@ -291,10 +307,11 @@ class Engine:
             threads = 1 if self.device.type == "cpu" else 0
         if threads:
             torch.set_num_threads(threads)
+        flight = None  # a block step queued and not read yet (overlap), or None
         while True:
             with self._lock:
                 while (not self._closed and not len(self.scheduler) and not self._aborts
-                       and not self._pending):
+                       and not self._pending and flight is None):
                     self._wake.wait()
                 if self._closed:
                     for rid in list(self.scheduler.by_id):
@@ -322,43 +339,97 @@ class Engine:
                         len(seq.generated), passes=seq.passes))
             rows = self._admit_each(rows, admitted)
             if not rows:
+                if flight is not None:
+                    self._resolve(flight)
+                    flight = None
                 continue
             try:
-                out = self.step_rows(rows)
+                step = self._launch(rows)
             except Exception as exc:  # a failed pass fails its rows, never the engine
-                if len(rows) == 1:
-                    log.exception("denoising pass failed for %s", rows[0].request_id)
-                    self._fail(rows[0], exc)
-                    continue
-                # which row brought it? each row alone: only a row that fails alone fails
-                log.warning("denoising pass of %d rows failed (%r): re-running row by row",
-                            len(rows), exc)
-                self.isolated_passes += 1
-                for seq in rows:
-                    try:
-                        one = self.runner.step([seq])
-                    except Exception as row_exc:
-                        log.exception("denoising pass failed for %s", seq.request_id)
-                        self._fail(seq, row_exc)
-                        continue
-                    self._after_step([seq], one)
+                if flight is not None:  # the step before it stands: read it first
+                    self._resolve(flight)
+                    flight = None
+                self._isolate(rows, exc)
                 continue
-            self._after_step(rows, out)
+            if flight is not None:
+                self.overlapped_steps += 1
+                self._resolve(flight, later=step)
+            if step.ahead is not None:  # read it after the next step is queued
+                flight = step
+            else:
+                self._resolve(step)
+                flight = None
 
-    def step_rows(self, rows: list[Sequence]):
-        """A block step of `rows` (engine.block_step): its passes back to back, the host's
-        per-pass accounting done without reading, then the one read -> the last pass's
-        StepOutput (for `scheduler.update`)."""
+    def _isolate(self, rows: list[Sequence], exc: Exception) -> None:
+        """A step of `rows` raised: fail the one row, or re-run each row alone and fail only a
+        row that fails alone."""
+        rows = [seq for seq in rows if seq.finish_reason is None]
+        if len(rows) == 1:
+            log.error("denoising pass failed for %s", rows[0].request_id, exc_info=exc)
+            self._fail(rows[0], exc)
+            return
+        log.warning("denoising pass of %d rows failed (%r): re-running row by row",
+                    len(rows), exc)
+        self.isolated_passes += 1
+        for seq in rows:
+            try:
+                one = self.runner.step([seq])
+            except Exception as row_exc:
+                log.exception("denoising pass failed for %s", seq.request_id)
+                self._fail(seq, row_exc)
+                continue
+            self._after_step([seq], one)
+
+    def _launch(self, rows: list[Sequence], overlap: bool | None = None) -> _Step:
+        """Queue a block step of `rows` (engine.block_step): its passes back to back, the
+        host's per-pass accounting done without reading, the one read started. With overlap,
+        a step that surely finishes every row's block also moves the rows to their next blocks
+        (Scheduler.commit_ahead), so the next step can be queued before this one is read."""
         n = self.block_steps.passes(rows)
+        overlap = self.overlap if overlap is None else overlap
+        sure = overlap and all(self.block_steps.sure_done(r, n) for r in rows)
         block = self.runner.begin_block_step(rows, n)
         drafts = all(seq.draft for seq in rows)
+        ran = 1
         for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
             if drafts and self._real_request_waiting():
+                sure = False  # cut short: the blocks are not done
                 break  # drafts yield: the next pass reads, and the real request is scheduled
             self.runner.step(rows, block, read=False)
             self.scheduler.advance(rows)
             self.total_passes += 1
-        out = self.runner.step(rows, block)
+            ran += 1
+        read = self.runner.step(rows, block, wait=False)
+        ahead = None
+        if sure:
+            with self._lock:
+                ahead = self.scheduler.commit_ahead(rows)
+        return _Step(rows, read, ran, ahead)
+
+    def _resolve(self, step: _Step, later: _Step | None = None) -> None:
+        """Read a queued step and account it (`later`: the step queued after it, which a row
+        that ended here ran for nothing)."""
+        try:
+            out = self.runner.collect(step.read)
+        except Exception as exc:
+            if step.ahead is None:
+                self._isolate(step.rows, exc)
+            else:  # its rows moved on already: they cannot be re-run
+                for seq in step.rows:
+                    if seq.finish_reason is None:
+                        self._fail(seq, exc)
+            return
+        self.idle_row_passes += sum(out.idle)
+        self.block_steps.observe(step.rows, out)
+        self._after_step(step.rows, out, step.ahead)
+        if later is not None:
+            ended = {id(seq) for seq in step.rows if seq.finish_reason is not None}
+            self.late_row_passes += later.passes * sum(id(s) in ended for s in later.rows)
+
+    def step_rows(self, rows: list[Sequence]):
+        """A block step of `rows`, read at once -> the last pass's StepOutput (for
+        `scheduler.update`; no overlap)."""
+        out = self.runner.collect(self._launch(rows, overlap=False).read)
         self.idle_row_passes += sum(out.idle)
         self.block_steps.observe(rows, out)
         return out
@@ -374,9 +445,10 @@ class Engine:
             self.runner.release(seq)
             self._deliver(seq.request_id, exc)
 
-    def _after_step(self, rows: list[Sequence], out) -> None:
+    def _after_step(self, rows: list[Sequence], out, ahead: list | None = None) -> None:
         """Account one finished pass: fail the rows whose own work raised (out.failed), commit
-        and deliver the others' tokens."""
+        and deliver the others' tokens (`ahead`: Scheduler.commit_ahead's, for an overlapped
+        step)."""
         for i, exc in out.failed.items():
             log.warning("request %s failed in its pass: %r", rows[i].request_id, exc)
             self._fail(rows[i], exc)
@@ -386,7 +458,7 @@ class Engine:
         with self._lock:
             self.total_passes += 1
             self.last_batch_size = len(rows)
-            events = self.scheduler.update(rows, out)  # skips the failed (stopped) rows
+            events = self.scheduler.update(rows, out, ahead)  # skips failed (stopped) rows
             for ev in events:
                 try:
                     self._emit(ev)

@@ -139,6 +139,13 @@ class EngineConfig:
     block_step_passes: the most denoising passes the worker runs back to back before it reads
                   the device (engine.block_step: a decode block's passes, one read at its end);
                   1 = a read after every pass.
+    overlap:      queue a block step before the previous one is read, where the rows' next
+                  blocks are known without it (fixed schedules: engine.block_step.sure_done), so
+                  the host plans and queues step n+1 while the device runs step n; a row that
+                  ended at an EOS in step n runs step n+1 for nothing (Engine.late_row_passes).
+                  None = on a CUDA device only: on a CPU the "device" is the worker thread
+                  itself, so nothing overlaps and each block would reach its caller one step
+                  later.
     worker_threads: torch's intra-op threads on the engine's worker thread (torch.set_num_threads
                   there; it is per thread). None = 1 on a CPU device, where a second OpenMP team
                   beside the main thread's made every small op 16-19x slower on the 2-core
@@ -167,6 +174,7 @@ class EngineConfig:
     warmup_graph_context: int = 512
     block_step_passes: int = 16
     worker_threads: int | None = None
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_drafts, int) or self.max_drafts < 0:
@@ -181,6 +189,8 @@ class EngineConfig:
         if not isinstance(self.block_step_passes, int) or self.block_step_passes < 1:
             raise ValueError(f"block_step_passes must be an integer >= 1, "
                              f"got {self.block_step_passes!r}")
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise ValueError(f"overlap must be None, True or False, got {self.overlap!r}")
         if self.worker_threads is not None and (not isinstance(self.worker_threads, int)
                                                 or self.worker_threads < 0):
             raise ValueError(f"worker_threads must be None or an integer >= 0, "

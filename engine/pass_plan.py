@@ -150,6 +150,15 @@ def shape_key(keys: tuple[RowKey, ...], shift: int, block: int) -> tuple[tuple, 
     return (W, L, tuple(rows)), tuple(anchors)
 
 
+def to_device(values: list | tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small host list as a device tensor without a host wait: on CUDA through pinned memory
+    with a non-blocking copy (a pageable copy waits for the stream, so a plan built while an
+    overlapped step runs would wait for that step: EngineConfig.overlap)."""
+    if device.type != "cuda":
+        return torch.tensor(values, dtype=dtype, device=device)
+    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+
+
 def _col(ints: torch.Tensor, name: str) -> torch.Tensor:
     return ints[:, INT[name]]
 
@@ -223,7 +232,7 @@ class PlanCache:
         h = lambda name: [row[INT[name]] for row in host]  # noqa: E731
         W = max(e - s for e, s in zip(h("q_end"), h("q_start"), strict=True))
         L = max(max(e - f for e, f in zip(h("q_end"), h("first"), strict=True)), W + shift)
-        ints = torch.tensor(host, dtype=torch.long, device=dev)
+        ints = to_device(host, torch.long, dev)
         c = lambda name: _col(ints, name)  # noqa: E731
         slots, q_end, first, visible = c("slot"), c("q_end"), c("first"), c("visible")
         rel = self.arange[:L] - L
@@ -266,9 +275,8 @@ class PlanCache:
         in_window = wpos >= first[:, None]
         window_idx = torch.where(in_window, wpos, T)
         full_vocab = c("full_vocab").bool() if any(h("full_vocab")) else None
-        policy_ids = torch.tensor([k.policy_id for k in keys], dtype=torch.long, device=dev)
-        floats = torch.tensor([(k.threshold, k.entropy_bound) for k in keys],
-                              dtype=torch.float32, device=dev)
+        policy_ids = to_device([k.policy_id for k in keys], torch.long, dev)
+        floats = to_device([(k.threshold, k.entropy_bound) for k in keys], torch.float32, dev)
         return PassPlan(
             W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
             key_valid=key_valid, visible=visible, cache_len_max=tc,
@@ -310,7 +318,7 @@ class PlanCache:
         if t is None:
             if len(self.vectors) >= 1024:
                 self.vectors.clear()
-            t = self.vectors[key] = torch.tensor(values, dtype=dtype, device=self.device)
+            t = self.vectors[key] = to_device(values, dtype, self.device)
         return t
 
     def _build_one(self, key: RowKey) -> PassPlan:

@@ -5,7 +5,9 @@ Device state it owns: the token canvas of every slot `seq` [S, T + 1] and the pe
 pools [S, Hkv, T + 1, D] (position T is a trash column for padded writes). The host learns only
 the query-window tokens and how many masks remain in each row's decode block: one small
 device-to-host copy (pinned + event on CUDA) after a pass, or after the last pass of a block
-step (engine.block_step), whose other passes read nothing. Every pass runs the model through
+step (engine.block_step), whose other passes read nothing. That read may be started and
+collected later (`step(..., wait=False)`, `collect`): with EngineConfig.overlap the engine queues
+the next step first. Every pass runs the model through
 `ModelRunner._forward`, the one place that picks a fixed shape (CUDA graph / static_shapes) or
 eager; both run DiffusionLM.forward_step.
 """
@@ -20,7 +22,7 @@ from diffvoice.engine.constrained.hook import after_pass, constrain_pass
 from diffvoice.engine.cuda_graphs import StaticForward
 from diffvoice.engine.loader import LoadedModel
 from diffvoice.engine.params import EngineConfig
-from diffvoice.engine.pass_plan import PlanCache
+from diffvoice.engine.pass_plan import PlanCache, to_device
 from diffvoice.engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
 from diffvoice.engine.rowbatch import row_key, row_pass
 from diffvoice.engine.sampling import predict
@@ -37,6 +39,20 @@ class StepOutput:
     # exception. They committed nothing; the engine fails them alone (engine.constrained.hook)
     failed: dict[int, BaseException] = field(default_factory=dict)
     idle: list[int] | None = None  # a block step's passes each row sat out (its block was done)
+
+
+@dataclass
+class PendingRead:
+    """A block step's read, started (ModelRunner.step with wait=False), for ModelRunner.collect."""
+
+    rows: list[Sequence]
+    window_start: list[int]
+    width: int  # window slots W
+    data: torch.Tensor  # [B, W + 1 (+ 1 low) (+ 1 idle)]: pinned host memory on CUDA
+    done: object | None  # torch.cuda.Event recorded after the copy (None on a CPU)
+    has_low: bool
+    has_idle: bool
+    faults: dict
 
 
 @dataclass
@@ -96,7 +112,7 @@ class ModelRunner:
         to the canvas end."""
         row = self.seq[s.slot]
         row.fill_(self.mask_id)
-        row[: s.prompt_len] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        row[: s.prompt_len] = to_device(s.prompt_ids, torch.long, self.device)
         if s.rules.eos_fill:  # reference decoding keeps masks there, as the authors' loops do
             row[s.gen_end: s.canvas_end] = int(self.mc.eos_token_ids[0])
         if s.params.temperature > 0:
@@ -125,12 +141,14 @@ class ModelRunner:
 
     @torch.inference_mode()
     def step(self, rows: list[Sequence], block: BlockStep | None = None,
-             read: bool = True) -> StepOutput | None:
+             read: bool = True, wait: bool = True):
         """One denoising pass of `rows`, a pass of the block step `block` (several passes of
         the same rows back to back; None: a step of this one pass). A row whose decode block has
         no mask left stays as it is for the step's remaining passes (the host would have ended
         its block there); with `read=False` nothing is read back: the pass is only queued
-        (returns None). The step's last pass reads the windows once (-> StepOutput)."""
+        (returns None). The step's last pass reads the windows once (-> StepOutput); with
+        `wait=False` that read is only started (-> a PendingRead for `collect`: the host may
+        plan and queue the next step meanwhile)."""
         if block is None:
             block = self.begin_block_step(rows, 1)
         keys = tuple(row_key(r) for r in rows)
@@ -198,26 +216,41 @@ class ModelRunner:
         block.index += 1
         if not read:  # (constrained rows, whose work may fault, are read every pass)
             return None
-        return self._read_block_step(rows, plan, new, remaining, block, faults)
+        pending = self._start_read(rows, plan, new, remaining, block, faults)
+        return self.collect(pending) if wait else pending
 
-    def _read_block_step(self, rows, plan, new, remaining, block: BlockStep,
-                         faults: dict) -> StepOutput:
-        """The one read of a block step: the window, the masks left, the lowest committed
-        confidence over the step's passes and how many of them each row sat out."""
+    def _start_read(self, rows, plan, new, remaining, block: BlockStep,
+                    faults: dict) -> PendingRead:
+        """The one read of a block step, queued: the window, the masks left, the lowest
+        committed confidence over the step's passes and how many of them each row sat out, as
+        one tensor copied to pinned memory behind an event (CUDA; on a CPU it is computed)."""
         parts = [new, remaining[:, None]]
         if block.low is not None:
             parts.append((block.low * 1e6).long()[:, None])
         if block.idle is not None:
             parts.append(block.idle[:, None])
-        out = self._to_host(torch.cat(parts, dim=1))
-        W = new.shape[1]
-        step = StepOutput(window_start=plan.window_start, tokens=[h[:W] for h in out],
-                          remaining=[h[W] for h in out], failed=faults,
-                          idle=[h[-1] for h in out] if block.idle is not None
-                          else [0] * len(out))
-        if block.low is not None:
+        t = torch.cat(parts, dim=1)
+        done = None
+        if self.pinned:
+            buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            buf.copy_(t, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            t = buf
+        return PendingRead(rows, plan.window_start, new.shape[1], t, done, block.low is not None,
+                           block.idle is not None, faults)
+
+    def collect(self, pending: PendingRead) -> StepOutput:
+        """Wait for a started read (the one host wait of a block step) -> its StepOutput."""
+        if pending.done is not None:
+            pending.done.synchronize()
+        out, W = pending.data.tolist(), pending.width
+        step = StepOutput(window_start=pending.window_start, tokens=[h[:W] for h in out],
+                          remaining=[h[W] for h in out], failed=pending.faults,
+                          idle=[h[-1] for h in out] if pending.has_idle else [0] * len(out))
+        if pending.has_low:
             step.min_conf = [h[W + 1] / 1e6 for h in out]
-        after_pass(self, rows, step.window_start, step.tokens, faults)
+        after_pass(self, pending.rows, step.window_start, step.tokens, pending.faults)
         return step
 
     def _forward(self, ids: torch.Tensor, plan) -> torch.Tensor:
@@ -262,13 +295,3 @@ class ModelRunner:
         return PolicyKnobs(steps_left=steps_left, threshold=plan.threshold,
                            entropy_bound=plan.entropy_bound, k_fixed=k_fixed, k_host=k_host,
                            block=plan.block, dream_f=dream_f)
-
-    def _to_host(self, t: torch.Tensor) -> list[list[int]]:
-        if not self.pinned:
-            return t.tolist()
-        buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        buf.copy_(t, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
-        done.synchronize()  # the one host wait per step, after all of it was queued
-        return buf.tolist()

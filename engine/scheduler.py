@@ -2,6 +2,7 @@
 
     plan = scheduler.schedule()          # rows for the next pass (admits waiting requests)
     events = scheduler.update(plan, out) # block completions -> Committed events, finished requests
+    ahead = scheduler.commit_ahead(rows) # overlap: the rows' next blocks before `out` is read
 Requests join and leave between passes. Knows nothing about CUDA or tensors: `out` only needs
 `window_start`, `tokens` and `remaining` lists (tests feed fake results).
 
@@ -136,7 +137,8 @@ class Scheduler:
             self.running[seq.slot] = seq
             admitted.append(seq)
         self.shed_total += len(self.shed)
-        rows = sorted(self.running.values(), key=lambda s: s.slot)
+        rows = sorted((s for s in self.running.values() if not s.retiring),
+                      key=lambda s: s.slot)
         if not self.drafts_share_passes and any(not s.draft for s in rows):
             rows = [s for s in rows if not s.draft]  # drafts pause while real rows run
         return rows, admitted
@@ -180,21 +182,55 @@ class Scheduler:
             else:
                 seq.steps_in_block += 1
 
-    def update(self, rows: list[Sequence], out) -> list[Committed]:
-        """Account one pass (`advance`) and what it left in each row's window (`out`): a row
-        whose decode block has no mask left commits it, and may finish."""
+    def commit_ahead(self, rows: list[Sequence]) -> list[tuple | None]:
+        """Overlap (Engine, EngineConfig.overlap): the last pass of a block step that surely
+        finishes every row's decode block (BlockStepPlanner.sure_done) is queued, not yet read.
+        Account that pass and move each row to its next block now, so the next step can be
+        planned and queued before this one is read; a row whose block reaches max_new_tokens
+        surely finishes and is kept out of later steps (`retiring`). -> per row what `update`
+        needs at the read: (d_start, d_end, cache_len, passes) of the block it commits."""
         self.advance(rows)
+        ahead = []
+        for seq in rows:
+            if seq.status is not Status.RUNNING:
+                ahead.append(None)
+                continue
+            ahead.append((seq.d_start, seq.d_end, seq.cache_len, seq.passes))
+            seq.retiring = seq.d_end >= seq.gen_end
+            seq.d_start = seq.d_end
+            seq.steps_in_block = 0
+            seq.masks_left = -1
+        return ahead
+
+    def update(self, rows: list[Sequence], out, ahead: list[tuple | None] | None = None
+               ) -> list[Committed]:
+        """Account one pass (`advance`) and what it left in each row's window (`out`): a row
+        whose decode block has no mask left commits it, and may finish. With `ahead` (from
+        `commit_ahead`) the pass was accounted and the blocks moved on already: only the tokens
+        are taken (a row that ends at an EOS here may have run one step more meanwhile: its
+        cache and pass count are those of this step)."""
+        if ahead is None:
+            self.advance(rows)
         events = []
         for i, seq in enumerate(rows):
             if seq.status is not Status.RUNNING:
                 continue  # aborted while the pass ran
-            seq.masks_left = out.remaining[i]
             seq.note_window(out.window_start[i], out.tokens[i])
-            if out.remaining[i] > 0:
-                continue
-            offset = seq.d_start - out.window_start[i]
-            block = out.tokens[i][offset: offset + seq.d_end - seq.d_start]
-            room = seq.gen_end - seq.d_start  # the canvas may run past max_new_tokens
+            if ahead is not None:
+                if ahead[i] is None:
+                    continue
+                d_start, d_end, cache_len, passes = ahead[i]
+                if out.remaining[i] > 0:
+                    raise RuntimeError(f"{seq.request_id}: a block step predicted to finish its "
+                                       f"block left {out.remaining[i]} masks")
+            else:
+                seq.masks_left = out.remaining[i]
+                if out.remaining[i] > 0:
+                    continue
+                d_start, d_end, cache_len, passes = seq.d_start, seq.d_end, None, None
+            offset = d_start - out.window_start[i]
+            block = out.tokens[i][offset: offset + d_end - d_start]
+            room = seq.gen_end - d_start  # the canvas may run past max_new_tokens
             finished, reason = len(block) >= room, "length"
             block = block[:room]
             if not seq.params.ignore_eos:
@@ -206,10 +242,13 @@ class Scheduler:
             seq.generated.extend(block)
             if seq.t_first_block is None:
                 seq.t_first_block = time.perf_counter()
-            seq.d_start = seq.d_end
-            seq.steps_in_block = 0
-            seq.masks_left = -1
+            if ahead is None:
+                seq.d_start = seq.d_end
+                seq.steps_in_block = 0
+                seq.masks_left = -1
             if finished:
+                if cache_len is not None:  # what this step left, not a later step's work
+                    seq.cache_len, seq.passes = cache_len, passes
                 self._finish(seq, reason)
             events.append(Committed(seq, block, finished, reason))
         return events

@@ -63,6 +63,7 @@ class Sequence:
     t_scheduled: float | None = None  # when it left the waiting queue for a slot
     first_block_conf: float = 1.0  # lowest confidence of a token committed in the first block
     masks_left: int = -1  # masks left in the decode block at the last read (-1: a new block)
+    retiring: bool = False  # its last block is decoded, not yet read (Scheduler.commit_ahead)
 
     def __post_init__(self) -> None:
         self.d_start = self.prompt_len

@@ -17,6 +17,8 @@
 #            families' confidence thresholds, so their own rules commit one token a pass)
 #   passes   the `fast` run pass by pass (--block-step-passes 1): what block steps change on the
 #            GPU, same settings, same machine
+#   nolap    the `fast` run without overlap (--overlap off; on CUDA the engine queues a block step
+#            before reading the one before it): what overlap changes, same settings
 #   recept   `diffvoice bench engine --model models/receptionist-tiny` on CUDA, graphs vs eager
 #   profile  python -m diffvoice.latency_bench.engine_profile: host against device time per pass
 # ONLY="fast recept" runs just those steps.
@@ -83,6 +85,9 @@ step fast 180 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_con
 step passes 100 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
     --steps-per-block 2 --answer-tokens 32 --block-step-passes 1 --aten-ops-preset none \
     --out "$RES/perf/engine-fast-pass-by-pass.json"
+step nolap 100 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
+    --steps-per-block 2 --answer-tokens 32 --overlap off --aten-ops-preset none \
+    --out "$RES/perf/engine-fast-no-overlap.json"
 step recept 60 "${ENGINE_BENCH[@]}" --model models/receptionist-tiny \
     --policy threshold --stop-at-eos --answer-tokens 48 \
     --prompts-file docs/latency/receptionist-questions.txt "${RECEPT[@]}" \

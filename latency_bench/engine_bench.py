@@ -104,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker-threads", type=int, default=None,
                         help="torch threads on the engine's worker thread "
                              "(EngineConfig.worker_threads; 0 = torch's default)")
+    parser.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
+                        help="queue a block step before the previous one is read "
+                             "(EngineConfig.overlap; auto = on a CUDA device only)")
     parser.add_argument("--host-batches", type=_ints, default=[1, 16],
                         help="concurrency levels of the host profile (empty: none)")
     parser.add_argument("--aten-ops-preset", default="qwen2.5-1.5b",
@@ -243,6 +246,9 @@ def _unseen(chats: list[list[dict]]) -> list[list[dict]]:
             for m in chats]
 
 
+OVERLAP = {"auto": None, "on": True, "off": False}
+
+
 def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ctx: int) -> dict:
     """host_reads_per_block / plan_builds_per_pass / host_us_per_pass per --host-batches level
     and aten_ops_per_layer_pass (latency_bench.engine_host)."""
@@ -254,7 +260,8 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
         engine = Engine(loaded, EngineConfig(max_running=top, max_seq_len=max_ctx,
                                              enforce_eager=True, max_queued=4 * top + 64,
                                              block_step_passes=args.block_step_passes,
-                                             worker_threads=args.worker_threads))
+                                             worker_threads=args.worker_threads,
+                                             overlap=OVERLAP[args.overlap]))
         try:
             profiles = {}
             for b in sorted(set(args.host_batches)):
@@ -311,7 +318,8 @@ def run(args: argparse.Namespace) -> int:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
                                              enforce_eager=eager, max_queued=4 * args.prompts,
                                              block_step_passes=args.block_step_passes,
-                                             worker_threads=args.worker_threads))
+                                             worker_threads=args.worker_threads,
+                                             overlap=OVERLAP[args.overlap]))
         try:
             per_batch, warmup = {}, {}
             for b in batches:

@@ -14,7 +14,11 @@
                                  delivery, scheduling, admission) less the model's forward,
                                  per pass, in a second run with no counting mode (the modes
                                  slow what they watch),
-        "passes", "block_rounds", "idle_row_passes", "reads_by_kind"}
+        "passes", "block_rounds", "idle_row_passes",
+        "late_row_passes":       passes run by rows whose answer had ended (at an EOS) in the
+                                 block step before, which overlap queued before reading it,
+        "overlapped_steps":      block steps queued before the previous one was read,
+        "reads_by_kind"}
     aten_ops_per_layer_pass(dims, params) -> aten operators dispatched per pass by one decoder
         layer: the ops per pass of a 2-layer copy of a model shape less those of a 1-layer copy
         (engine.profiling.AtenOps), batch 1.
@@ -77,21 +81,22 @@ def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
     reads, rounds = HostReads(), [0]
 
     def rounded(update):
-        def run(rows, out):
-            events = update(rows, out)
+        def run(rows, out, ahead=None):
+            events = update(rows, out, ahead)
             rounds[0] += bool(events)
             return events
         return run
 
     _wrap(engine.runner, "step", _counted(HostReads, reads))
+    _wrap(engine.runner, "collect", _counted(HostReads, reads))  # a started read, taken
     _wrap(engine.scheduler, "update", rounded)
     plans = engine.runner.plans
     passes0, built0, bound0 = engine.total_passes, plans.built, plans.bound
-    idle0 = engine.idle_row_passes
+    idle0, late0, over0 = engine.idle_row_passes, engine.late_row_passes, engine.overlapped_steps
     try:
         asyncio.run(_drive(engine, chats, params, concurrency))
     finally:
-        _unwrap(engine.runner, "step")
+        _unwrap(engine.runner, "step", "collect")
         _unwrap(engine.scheduler, "update")
     passes = engine.total_passes - passes0
     return {"host_reads_per_block": reads.count / max(rounds[0], 1),
@@ -99,6 +104,8 @@ def _count_run(engine: Engine, chats, params, concurrency: int) -> dict:
             "plan_binds_per_pass": (plans.bound - bound0) / max(passes, 1),
             "passes": passes, "block_rounds": rounds[0],
             "idle_row_passes": engine.idle_row_passes - idle0,
+            "late_row_passes": engine.late_row_passes - late0,
+            "overlapped_steps": engine.overlapped_steps - over0,
             "reads_by_kind": dict(reads.by_name)}
 
 
@@ -116,7 +123,7 @@ def _time_run(engine: Engine, chats, params, concurrency: int) -> dict:
             return run
         return around
 
-    worker = ("step_rows", "_after_step", "_admit_each")
+    worker = ("_launch", "_resolve", "_admit_each")
     for name in worker:
         _wrap(engine, name, timed(busy))
     _wrap(engine.scheduler, "schedule", timed(busy))

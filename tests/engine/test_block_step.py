@@ -6,6 +6,7 @@ and a mixed batch). The reads are counted with engine.profiling.HostReads on the
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from diffvoice.engine.profiling import HostReads
 from diffvoice.engine.testing import make_random_checkpoint
 
 FAMILIES = ["sdar", "fast_dllm_v2", "llada", "dream"]
+RECEPTIONIST = Path(__file__).resolve().parents[2] / "models" / "receptionist-tiny"
 CHATS = [[{"role": "user", "content": text}] for text in
          ["hello there", "when do you open on saturday?", "a haircut, please", "thanks, bye",
           "can I book a cleaning", "where are you"]]
@@ -52,23 +54,33 @@ class Probe:
         self.quiet_passes = 0
         self.reads = 0
         self.rounds = 0
+        self.collects = 0
         step, update = engine.runner.step, engine.scheduler.update
+        collect = engine.runner.collect
 
-        def counted_step(rows, block=None, read=True):
+        def counted_step(rows, block=None, read=True, wait=True):
             with HostReads() as r:
-                out = step(rows, block, read)
+                out = step(rows, block, read, wait)
             self.reads += r.count
             if not read:
                 self.quiet_reads += r.count
                 self.quiet_passes += 1
             return out
 
-        def counted_update(rows, out):
-            events = update(rows, out)
+        def counted_collect(pending):  # a step's one read, started in its last pass, taken
+            with HostReads() as r:
+                out = collect(pending)
+            self.reads += r.count
+            self.collects += 1
+            return out
+
+        def counted_update(rows, out, ahead=None):
+            events = update(rows, out, ahead)
             self.rounds += bool(events)
             return events
 
         engine.runner.step = counted_step
+        engine.runner.collect = counted_collect
         engine.scheduler.update = counted_update
 
 
@@ -108,6 +120,54 @@ def test_block_steps_decode_what_pass_by_pass_decodes(checkpoints, family, concu
         one_at_a_time = params.temperature > 0 and policy in ("threshold", "entropy",
                                                               "threshold_ge", "sdar_dynamic")
         assert (probe.quiet_passes == 0) == one_at_a_time, (family, policy, params)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("concurrent", [False, True], ids=["batch1", "batch6"])
+def test_overlapped_steps_decode_what_pass_by_pass_decodes(checkpoints, family, concurrent):
+    """EngineConfig.overlap: a step whose rows surely finish their blocks is read only after the
+    next step is queued. Same tokens as pass by pass, one read a step, as many as without, and
+    a row that ended at an EOS runs at most one step for nothing (late_row_passes)."""
+    overlapped = 0
+    several_blocks = SamplingParams(max_new_tokens=20, decoding="fast", steps_per_block=2,
+                                    block_size=4)  # (LLaDA's fast answer is one block)
+    for params in [*_params(), several_blocks]:
+        by_pass, _, _ = _decode(checkpoints[family], params, concurrent, block_step_passes=1)
+        got, probe, stats = _decode(checkpoints[family], params, concurrent, overlap=True)
+        assert got == by_pass, (family, params)
+        assert probe.quiet_reads == 0 and probe.reads == probe.collects, (family, params)
+        if not concurrent:  # (concurrent: how callers' requests fall into steps is timing)
+            _, unlapped, _ = _decode(checkpoints[family], params, concurrent, overlap=False)
+            assert probe.reads == unlapped.reads, (family, params)
+        overlapped += stats["overlapped_steps"]
+        # a late row ran one step at most: no more than a block's passes per answer
+        assert stats["late_row_passes"] <= len(CHATS) * (params.steps_per_block or 4) + 8
+        if params.policy == "threshold" or params.temperature > 0 and params.policy:
+            assert stats["overlapped_steps"] == 0, (family, params)  # data-dependent
+    assert overlapped > 0, family  # fixed schedules overlapped
+
+
+def test_overlap_counts_the_passes_of_a_row_that_ended_one_step_late(checkpoints):
+    """An answer that ends at an EOS is only known at the read, after the next step was queued:
+    that step's passes for the row are counted, its answer and pass count are those it had, and
+    a row that reaches max_new_tokens is kept out of the next step (the host knows it ends)."""
+    # the shipped receptionist as served: its answers end at an EOS (random weights' do not)
+    eos = SamplingParams(max_new_tokens=48, decoding="fast", policy="low_confidence",
+                         steps_per_block=4)
+    alone, _, base = _decode(RECEPTIONIST, eos, concurrent=False, overlap=False)
+    got, _, stats = _decode(RECEPTIONIST, eos, concurrent=False, overlap=True)
+    assert got == alone
+    stops = sum(reason == "stop" for _, reason in alone)
+    assert stops > 0, alone
+    assert stats["overlapped_steps"] > 0
+    # each stop ran one block step (its 4 passes) for nothing, no more
+    assert 0 < stats["late_row_passes"] <= 4 * stops
+    assert stats["passes"] == base["passes"] + stats["late_row_passes"]
+    length = SamplingParams(max_new_tokens=16, ignore_eos=True, decoding="fast",
+                            steps_per_block=2)
+    (got, *_), _, stats = _decode(checkpoints["sdar"], length, concurrent=False, overlap=True)
+    assert got[1] == "length" and len(got[0]) == 16
+    assert stats["overlapped_steps"] > 0 and stats["late_row_passes"] == 0
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
@@ -150,12 +210,12 @@ async def test_a_draft_only_step_yields_to_a_real_request(checkpoints):
     log, quiet = [], threading.Event()
     step = engine.runner.step
 
-    def slow_step(rows, block=None, read=True):
+    def slow_step(rows, block=None, read=True, wait=True):
         log.append((all(r.draft for r in rows), read, time.monotonic()))
         if not read and block.index == 1 and block.passes >= 6:  # early in a long step
             quiet.set()
         time.sleep(0.02)
-        return step(rows, block, read)
+        return step(rows, block, read, wait)
 
     engine.runner.step = slow_step
 

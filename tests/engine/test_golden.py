@@ -5,7 +5,8 @@ random-weight fixture in the family's own format (tests/engine/golden/*/PROVENAN
     batch 1, with every case of the family in one mixed batch (different steps/thresholds/blocks
     side by side), the KV cache of block-causal families included, and through the fixed-shape
     path the CUDA graphs replay (static_shapes, run eagerly here); each both in block steps (the
-    default: a block's passes back to back, one read) and pass by pass (block_step_passes=1);
+    default: a block's passes back to back, one read), pass by pass (block_step_passes=1) and
+    with overlap (a step queued before the one before it is read: EngineConfig.overlap);
   * the plain re-implementation of the upstream loop in engine/reference_loops.py.
 """
 
@@ -48,10 +49,10 @@ def _engine_answers(family, concurrent, **config):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", ["batch1", "mixed_batch"])
-@pytest.mark.parametrize("passes", [16, 1], ids=["block_steps", "pass_by_pass"])
-def test_engine_reproduces_golden_tokens(family, mode, passes):
-    cases, got = _engine_answers(family, concurrent=mode == "mixed_batch",
-                                 block_step_passes=passes)
+@pytest.mark.parametrize("config", [{}, {"block_step_passes": 1}, {"overlap": True}],
+                         ids=["block_steps", "pass_by_pass", "overlap"])
+def test_engine_reproduces_golden_tokens(family, mode, config):
+    cases, got = _engine_answers(family, concurrent=mode == "mixed_batch", **config)
     for case, ids in zip(cases, got, strict=True):
         assert ids == case["answer"], (case["setting"], case["prompt"])
     assert len({str(c["setting"]) for c in cases}) >= 4  # several steps/threshold settings

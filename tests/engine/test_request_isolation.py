@@ -267,18 +267,23 @@ async def test_a_row_whose_constraint_raises_fails_alone(engine, monkeypatch):
     assert results[2:] == alone
 
 
-async def test_a_failing_batched_pass_is_rerun_row_by_row(engine, monkeypatch):
+@pytest.mark.parametrize("overlap", [False, True], ids=["read_each_step", "overlap"])
+async def test_a_failing_batched_pass_is_rerun_row_by_row(engine, monkeypatch, overlap):
     """A fault that breaks any pass containing one row (injected in the runner): the pass is
-    re-run row by row, that row fails, the others decode their tokens unchanged."""
-    long = SamplingParams(max_new_tokens=48, ignore_eos=True)
+    re-run row by row, that row fails, the others decode their tokens unchanged. With overlap
+    the step before the failing one, queued and not yet read, is read and delivered first."""
+    long = SamplingParams(max_new_tokens=48, ignore_eos=True, decoding="fast",
+                          policy="low_confidence", steps_per_block=2)  # a fixed schedule
     alone = [await tokens(engine, innocent(i), long) for i in range(4)]
+    monkeypatch.setattr(engine, "overlap", overlap)
+    overlapped = engine.overlapped_steps
     real = engine.runner.step
     poison_ids = set()
 
-    def step(rows, block=None, read=True):
+    def step(rows, block=None, read=True, wait=True):
         if any(r.request_id in poison_ids for r in rows):
             raise RuntimeError("injected fault in a batched pass")
-        return real(rows, block, read)
+        return real(rows, block, read, wait)
 
     monkeypatch.setattr(engine.runner, "step", step)
     running = asyncio.Event()
@@ -304,6 +309,7 @@ async def test_a_failing_batched_pass_is_rerun_row_by_row(engine, monkeypatch):
     assert results[0] == "failed"
     assert results[1:] == alone
     assert engine.isolated_passes > before  # the batched pass did fail and was isolated
+    assert (engine.overlapped_steps > overlapped) == overlap
 
 
 # ------------------------------------------------------------ property-based: hostile schemas
