@@ -354,6 +354,12 @@ class Engine:
             if flight is not None:
                 self.overlapped_steps += 1
                 self._resolve(flight, later=step)
+                if all(seq.finish_reason is not None for seq in step.rows):
+                    # every row of it ended in the step before (EOS) or was aborted: nothing
+                    # to read; its passes are counted, the read it started is dropped
+                    self.total_passes += 1
+                    flight = None
+                    continue
             if step.ahead is not None:  # read it after the next step is queued
                 flight = step
             else:

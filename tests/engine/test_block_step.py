@@ -149,14 +149,16 @@ def test_overlapped_steps_decode_what_pass_by_pass_decodes(checkpoints, family, 
 
 def test_overlap_counts_the_passes_of_a_row_that_ended_one_step_late(checkpoints):
     """An answer that ends at an EOS is only known at the read, after the next step was queued:
-    that step's passes for the row are counted, its answer and pass count are those it had, and
-    a row that reaches max_new_tokens is kept out of the next step (the host knows it ends)."""
+    that step's passes for the row are counted (and not read when no row of it is left), its
+    answer is the one it had, and a row that reaches max_new_tokens is kept out of the next step
+    (the host knows it ends)."""
     # the shipped receptionist as served: its answers end at an EOS (random weights' do not)
     eos = SamplingParams(max_new_tokens=48, decoding="fast", policy="low_confidence",
                          steps_per_block=4)
-    alone, _, base = _decode(RECEPTIONIST, eos, concurrent=False, overlap=False)
-    got, _, stats = _decode(RECEPTIONIST, eos, concurrent=False, overlap=True)
+    alone, base_probe, base = _decode(RECEPTIONIST, eos, concurrent=False, overlap=False)
+    got, probe, stats = _decode(RECEPTIONIST, eos, concurrent=False, overlap=True)
     assert got == alone
+    assert probe.reads == base_probe.reads  # a step whose rows had all ended is not read
     stops = sum(reason == "stop" for _, reason in alone)
     assert stops > 0, alone
     assert stats["overlapped_steps"] > 0
