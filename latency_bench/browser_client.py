@@ -222,6 +222,9 @@ async def _run_turn(config: BenchConfig, pacer: Pacer, state: _State, prompt: Pr
                                  "prompt (premature end of turn)")
         if result.server.get("interrupted") and result.status == "ok":
             result.fail("error", "the server reports this turn as interrupted")
+        if result.server.get("reprompt") and result.status == "ok":
+            result.fail("error", "no answer: the server heard speech but no words and asked "
+                                 "the caller to say it again")
     if state.error is not None and result.status == "ok":
         result.fail("error", state.error)
 

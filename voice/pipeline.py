@@ -195,7 +195,11 @@ def build_pipeline(
     aggregators = LLMContextAggregatorPair(
         context,
         user_params=LLMUserAggregatorParams(
-            vad_analyzer=vad, user_turn_strategies=_turn_strategies(meaning)
+            vad_analyzer=vad, user_turn_strategies=_turn_strategies(meaning),
+            # a turn with no words never asks the LLM (pipecat's default gives it an English
+            # instruction as a system message when the turn cut the bot off); speech heard
+            # without words is asked again by the turn strategy itself (voice.turn_end)
+            empty_user_turn=None,
         ),
     )
     tracker = TurnTracker(

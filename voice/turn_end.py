@@ -19,6 +19,11 @@ decides, polling every 10 ms:
 * a transcript in, but the VAD has not analysed the window's silence by
   `transcript_timeout_secs` after the wall-clock window -> the turn ends ("late": a VAD that far
   behind, or audio that stopped coming, must not leave the caller without an answer);
+* no transcript, but the recogniser heard speech it made no words of (`UnheardSpeechFrame`,
+  voice.asr.streaming_stt: a loud segment over half a second, e.g. a one-word answer Whisper
+  heard as nothing) and the window is over -> the turn ends ("unheard") and the caller is asked
+  to say it again (`reprompt`, spoken as the agent's words, at most `max_reprompts` times in a
+  row: pipecat's EmptyUserTurnConfig default of one; the LLM is not asked);
 * no transcript `transcript_timeout_secs` after the window -> nothing (noise is not a turn;
   pipecat's own stop watchdog still applies).
 
@@ -47,13 +52,19 @@ from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
     TranscriptionFrame,
+    TTSSpeakFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop.base_user_turn_stop_strategy import BaseUserTurnStopStrategy
 
+from diffvoice.voice.asr.streaming_stt import UnheardSpeechFrame
+
 POLL_SECS = 0.01
+# said when the caller spoke and the recogniser made no words of it; a question, so that a
+# one-word answer after it is complete (looks_complete)
+REPROMPT = "Sorry, I didn't catch that. Could you say it again?"
 
 # Words a finished sentence rarely ends on: fillers, conjunctions, articles, prepositions,
 # auxiliaries and question words waiting for the rest of the question.
@@ -127,6 +138,8 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         smart_turn=None,
         signals: TurnSignals | None = None,
         transcript_timeout_secs: float = 3.0,
+        reprompt: str | None = REPROMPT,
+        max_reprompts: int = 1,
         clock: Callable[[], float] = time.time,
         **kwargs,
     ) -> None:
@@ -147,11 +160,16 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
         self._p: float | None = None  # P(complete) by sound at the last pause
         self._p_task: asyncio.Task | None = None
         self._transcript_timeout = transcript_timeout_secs
+        self._reprompt = reprompt
+        self._max_reprompts = max_reprompts
+        self._reprompts_in_a_row = 0
+        self._unheard = False  # the recogniser heard speech and no words this turn
         self._clock = clock
         self._text = ""
         self._vad_speaking = False
         self._task: asyncio.Task | None = None
-        self.decisions: list[str] = []  # "fast" / "window" / "late" per ended turn
+        self.decisions: list[str] = []  # "fast" / "window" / "late" / "unheard" per ended turn
+        self.reprompts = 0  # times the caller was asked to say it again
         self.waited_secs: list[float] = []  # VAD stop -> turn end, per ended turn
         self.sound: list[float | None] = []  # P(complete) by sound when each turn ended
 
@@ -170,6 +188,7 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def _reset(self):
         self._text = ""
+        self._unheard = False
         await self._cancel()
 
     async def _cancel_sound(self):
@@ -214,6 +233,10 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
             self._text = f"{self._text} {frame.text.strip()}".strip()
             if self._task is None and not self._vad_speaking:
                 await self._start(self._clock())  # a transcript without a VAD stop
+        elif isinstance(frame, UnheardSpeechFrame):
+            self._unheard = True
+            if self._task is None and not self._vad_speaking:
+                await self._start(self._clock())  # the decision had given up waiting
         return ProcessFrameResult.CONTINUE
 
     async def _start(self, stop_t: float) -> None:
@@ -245,6 +268,8 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
                     logger.info(f"{self}: the VAD heard {silence or 0:.2f} s of silence in "
                                 f"{now - last_speech:.2f} s; ending the turn on the clock")
                     return await self._end("late", now - stop_t)
+            if self._unheard and not self._text and not held and window_over:
+                return await self._end_unheard(now - stop_t)
             if now >= give_up and not held and not self._text:
                 logger.info(f"{self}: no transcript {now - stop_t:.2f} s after the VAD stop")
                 self._task = None
@@ -260,9 +285,22 @@ class MeaningTurnStopStrategy(BaseUserTurnStopStrategy):
             return False  # the sound's verdict is due within tens of ms: wait for it
         return self._signals.complete(words, self._p)
 
+    async def _end_unheard(self, waited_secs: float) -> None:
+        """Speech with no words: end the (empty) turn, then ask the caller to say it again."""
+        ask = self._reprompt is not None and self._reprompts_in_a_row < self._max_reprompts
+        logger.info(f"{self}: speech heard and no words {waited_secs:.3f} s after the VAD stop"
+                    + ("; asking again" if ask else "; not asking again (asked already)"))
+        await self._end("unheard", waited_secs)
+        if ask:
+            self._reprompts_in_a_row += 1
+            self.reprompts += 1
+            await self.push_frame(TTSSpeakFrame(self._reprompt))
+
     async def _end(self, how: str, waited_secs: float) -> None:
         logger.debug(f"{self}: turn ends ({how}) {waited_secs:.3f} s after the VAD stop: "
                      f"{self._text!r}")
+        if how != "unheard":
+            self._reprompts_in_a_row = 0
         self._task = None
         self.decisions.append(how)
         self.waited_secs.append(waited_secs)

@@ -6,7 +6,9 @@ VAD frames broadcast upstream by the aggregator), "llm" (after the LLM: response
 end), "tts" (after TTS: synthesized audio), "out" (after the output transport: audio frames
 that were written to the client, bot started/stopped speaking, interruptions).
 
-A turn starts at LLMFullResponseStartFrame and takes the user side (last VAD stop, last final
+A turn starts at LLMFullResponseStartFrame, or at a TTSSpeakFrame (the turn strategy asking the
+caller to say it again when their speech gave no words: a turn with `reprompt` set and no LLM
+stages), and takes the user side (last VAD stop, last final
 transcript, text) gathered since the previous turn. Its record is emitted when its first audio
 frame has been sent, or — without audio — when the turn is interrupted, ends empty, or the next
 turn/session end arrives; its `bot_text` is the answer text known at that moment (the text that
@@ -48,6 +50,7 @@ from pipecat.frames.frames import (
     OutputAudioRawFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
+    TTSSpeakFrame,
     UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
@@ -85,6 +88,7 @@ class _Turn:
     tool_calls: int = 0
     tool_pending: bool = False  # an answer called a tool: its re-prompt continues this turn
     answers: list = field(default_factory=list)  # AnswerInfo of each engine answer of the turn
+    reprompt: bool = False  # the agent asked the caller to say it again (no words were heard)
 
 
 class TurnTracker:
@@ -159,7 +163,13 @@ class TurnTracker:
                 await self._send(protocol.Transcript(text=frame.text.strip(), final=False))
 
     async def _on_llm(self, frame: Frame, now: float) -> None:
-        if isinstance(frame, LLMFullResponseStartFrame):
+        if isinstance(frame, TTSSpeakFrame):  # spoken without the LLM: the turn strategy's
+            await self._start_turn(None)  # "say it again" (voice.turn_end), a turn of its own
+            self._turn.reprompt = True
+            self._turn.bot_text = frame.text
+            self._turn.llm_done = True
+            await self._send(protocol.BotText(text=frame.text))
+        elif isinstance(frame, LLMFullResponseStartFrame):
             info = self._turn_info() if self._turn_info is not None else None
             if self._turn is not None and self._turn.tool_pending and getattr(
                     info, "after_tool", False):
@@ -167,23 +177,7 @@ class TurnTracker:
                 self._turn.llm_done = False
                 self._turn.answers.append(info)
                 return
-            await self._finish(interrupted=False)
-            self._turns += 1
-            self._turn = _Turn(
-                number=self._turns,
-                vad_stop_t=self._vad_stop_t,
-                transcript_final_t=self._transcript_t,
-                user_text=" ".join(self._user_text),
-                speech_end_t=self._speech_end_t,
-                turn_end_t=self._turn_end_t,
-                draft_info=info,
-                user_turn_ends=self._turn_ends,
-                answers=[info] if info is not None else [],
-            )
-            self._turn_ends = 0
-            self._vad_stop_t = self._transcript_t = None
-            self._speech_end_t = self._turn_end_t = None
-            self._user_text = []
+            await self._start_turn(info)
         elif isinstance(frame, LLMTextFrame) and self._turn is not None:
             if frame.text:
                 if self._turn.llm_first_text_t is None:
@@ -199,6 +193,26 @@ class TurnTracker:
                 turn.tool_pending = True
             elif not turn.bot_text.strip():
                 await self._finish(interrupted=False)
+
+    async def _start_turn(self, info) -> None:
+        """A bot turn begins: report the one before, take the user side gathered since."""
+        await self._finish(interrupted=False)
+        self._turns += 1
+        self._turn = _Turn(
+            number=self._turns,
+            vad_stop_t=self._vad_stop_t,
+            transcript_final_t=self._transcript_t,
+            user_text=" ".join(self._user_text),
+            speech_end_t=self._speech_end_t,
+            turn_end_t=self._turn_end_t,
+            draft_info=info,
+            user_turn_ends=self._turn_ends,
+            answers=[info] if info is not None else [],
+        )
+        self._turn_ends = 0
+        self._vad_stop_t = self._transcript_t = None
+        self._speech_end_t = self._turn_end_t = None
+        self._user_text = []
 
     async def _on_out(self, frame: Frame, now: float) -> None:
         if isinstance(frame, OutputAudioRawFrame):
@@ -267,6 +281,7 @@ class TurnTracker:
             answer_passes=(sum(a.passes for a in turn.answers) if len(turn.answers) > 1
                            else info.get("answer_passes")),
             tool_calls=turn.tool_calls,
+            reprompt=turn.reprompt,
             user_turn_ends=turn.user_turn_ends,
             answer_ready=None if info.get("draft_hit") is None else bool(
                 info.get("draft_ready_t") and turn_end_t and info["draft_ready_t"] <= turn_end_t),

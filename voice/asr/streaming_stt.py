@@ -9,7 +9,9 @@ Contract (shared by voice.asr.pocketsphinx_stt and voice.asr.whisper_stt):
 - Within a segment the service pushes `InterimTranscriptionFrame`s — the cumulative text of the
   segment so far, only when it changed — and, after the VAD stop, exactly one
   `TranscriptionFrame` (finalized=True) when the segment has text. `result` on both frames is
-  a `StreamingResult` (stable prefix, audio heard, pass count).
+  a `StreamingResult` (stable prefix, audio heard, pass count). A segment with no text that was
+  loud and long enough to be speech (`is_unheard_speech`) gets an `UnheardSpeechFrame` instead:
+  the caller said something the recogniser made no words of (voice.turn_end asks them again).
 - One worker task per call, started at StartFrame, handles segments strictly in order; blocking
   recognition runs in the ASR thread pool, never on the event loop. CancelFrame (hang-up) or
   cleanup cancels the worker and sets `abandoned`, so no ASR task outlives its call; work already
@@ -37,6 +39,7 @@ import numpy as np
 from loguru import logger
 from pipecat.frames.frames import (
     CancelFrame,
+    DataFrame,
     EndFrame,
     Frame,
     InputAudioRawFrame,
@@ -61,7 +64,7 @@ ASR_EXECUTOR = ThreadPoolExecutor(max_workers=32, thread_name_prefix="diffvoice-
 
 LOUD_FLOOR = 10 ** (-55 / 20)  # RMS below -55 dBFS is never speech
 LOUD_RATIO = 10 ** (-26 / 20)  # a chunk 26 dB below the segment's peak counts as a pause
-LOUD_SPEECH = 10 ** (-35 / 20)  # a segment this loud with no text is logged (INFO)
+LOUD_SPEECH = 10 ** (-35 / 20)  # a segment this loud (and long) with no text was speech unheard
 SLOW_FINAL_SECS = 1.5  # a final transcript later than this after the VAD stop is logged (INFO)
 
 
@@ -74,6 +77,23 @@ class StreamingResult:
     # the pass heard the caller pause after all the speech so far: the text is what the turn
     # says if it ends at this pause (voice.eager_drafter drafts it at once)
     at_pause: bool = False
+
+
+@dataclass
+class UnheardSpeechFrame(DataFrame):
+    """A VAD segment that sounded like speech gave no words (`is_unheard_speech`)."""
+
+    segment: int = 0  # segment number within the call
+    secs: float = 0.0  # its audio, pre-roll and the VAD's stop included
+    peak_db: float = 0.0  # its loudest 20 ms, dBFS
+
+
+def is_unheard_speech(segment: Segment, text: str) -> bool:
+    """No words from a segment at least -35 dBFS at its loudest and over half a second long
+    (pre-roll and the VAD's stop included): what a caller who got no answer left in the logs
+    (issue 12 soak: one-word answers Whisper heard as nothing)."""
+    return not text and segment.peak_rms >= LOUD_SPEECH and \
+        segment.samples > segment.sample_rate // 2
 
 
 class Segment:
@@ -282,14 +302,17 @@ class StreamingSegmentSTT(STTService):
                 await self.push_error(f"{self}: transcription failed: {e}", exception=e)
                 continue
             late = time.monotonic() - (segment.closed_t or time.monotonic())
-            if late > SLOW_FINAL_SECS or (not text and segment.peak_rms >= LOUD_SPEECH
-                                          and segment.samples > segment.sample_rate // 2):
+            unheard = is_unheard_speech(segment, text)
+            secs = segment.samples / segment.sample_rate
+            peak_db = 20 * np.log10(max(segment.peak_rms, 1e-9))
+            if late > SLOW_FINAL_SECS or unheard:
                 # the evidence for a caller who got no answer (issue 12 soak)
-                secs = segment.samples / segment.sample_rate
-                peak_db = 20 * np.log10(max(segment.peak_rms, 1e-9))
                 logger.info(f"{self}: segment {segment.index} ({secs:.2f} s, peak {peak_db:.0f} "
                             f"dBFS, {segment.passes} passes): final {text!r} {late:.2f} s after "
                             f"the VAD stop; {self._queue.qsize()} segments queued behind it")
+            if unheard:
+                await self.push_frame(UnheardSpeechFrame(segment.index, round(secs, 3),
+                                                         round(float(peak_db), 1)))
             if text:
                 logger.debug(f"{self}: transcript [{text}] after {segment.passes} passes")
                 frame = TranscriptionFrame(

@@ -236,6 +236,8 @@ class Latency(Event):
                                          # ended (negative: after); None: no draft answered
     user_turn_ends: int | None = None    # user turns ended since the previous answer began
     tool_calls: int = 0                  # tool calls made before the spoken outcome
+    reprompt: bool = False               # no answer: the caller's speech gave no words and
+                                         # they were asked to say it again (voice.turn_end)
     replica: str | None = None  # the serving replica's id when scaled out (voice.scale)
 
 
