@@ -416,7 +416,7 @@ class Engine:
         """Read a queued step and account it (`later`: the step queued after it, which a row
         that ended here ran for nothing)."""
         try:
-            out = self.runner.collect(step.read)
+            out = self._collect(step)
         except Exception as exc:
             if step.ahead is None:
                 self._isolate(step.rows, exc)
@@ -425,20 +425,23 @@ class Engine:
                     if seq.finish_reason is None:
                         self._fail(seq, exc)
             return
-        self.idle_row_passes += sum(out.idle)
-        self.block_steps.observe(step.rows, out)
         self._after_step(step.rows, out, step.ahead)
         if later is not None:
             ended = {id(seq) for seq in step.rows if seq.finish_reason is not None}
             self.late_row_passes += later.passes * sum(id(s) in ended for s in later.rows)
 
+    def _collect(self, step: _Step):
+        """Wait for a queued step's read -> its StepOutput, with the block steps' bookkeeping
+        (passes rows sat out, what data-dependent blocks took)."""
+        out = self.runner.collect(step.read)
+        self.idle_row_passes += sum(out.idle)
+        self.block_steps.observe(step.rows, out)
+        return out
+
     def step_rows(self, rows: list[Sequence]):
         """A block step of `rows`, read at once -> the last pass's StepOutput (for
         `scheduler.update`; no overlap)."""
-        out = self.runner.collect(self._launch(rows, overlap=False).read)
-        self.idle_row_passes += sum(out.idle)
-        self.block_steps.observe(rows, out)
-        return out
+        return self._collect(self._launch(rows, overlap=False))
 
     def _real_request_waiting(self) -> bool:
         """A host-side look (no lock, no device read) for a request that is not a draft."""

@@ -197,10 +197,15 @@ class Scheduler:
                 continue
             ahead.append((seq.d_start, seq.d_end, seq.cache_len, seq.passes))
             seq.retiring = seq.d_end >= seq.gen_end
-            seq.d_start = seq.d_end
-            seq.steps_in_block = 0
-            seq.masks_left = -1
+            self._next_block(seq)
         return ahead
+
+    @staticmethod
+    def _next_block(seq: Sequence) -> None:
+        """The row's decode block is committed: the next one starts, no pass of it run yet."""
+        seq.d_start = seq.d_end
+        seq.steps_in_block = 0
+        seq.masks_left = -1
 
     def update(self, rows: list[Sequence], out, ahead: list[tuple | None] | None = None
                ) -> list[Committed]:
@@ -243,9 +248,7 @@ class Scheduler:
             if seq.t_first_block is None:
                 seq.t_first_block = time.perf_counter()
             if ahead is None:
-                seq.d_start = seq.d_end
-                seq.steps_in_block = 0
-                seq.masks_left = -1
+                self._next_block(seq)
             if finished:
                 if cache_len is not None:  # what this step left, not a later step's work
                     seq.cache_len, seq.passes = cache_len, passes

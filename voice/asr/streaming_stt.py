@@ -303,16 +303,16 @@ class StreamingSegmentSTT(STTService):
                 continue
             late = time.monotonic() - (segment.closed_t or time.monotonic())
             unheard = is_unheard_speech(segment, text)
-            secs = segment.samples / segment.sample_rate
-            peak_db = 20 * np.log10(max(segment.peak_rms, 1e-9))
             if late > SLOW_FINAL_SECS or unheard:
                 # the evidence for a caller who got no answer (issue 12 soak)
+                secs = segment.samples / segment.sample_rate
+                peak_db = 20 * np.log10(max(segment.peak_rms, 1e-9))
                 logger.info(f"{self}: segment {segment.index} ({secs:.2f} s, peak {peak_db:.0f} "
                             f"dBFS, {segment.passes} passes): final {text!r} {late:.2f} s after "
                             f"the VAD stop; {self._queue.qsize()} segments queued behind it")
-            if unheard:
-                await self.push_frame(UnheardSpeechFrame(segment.index, round(secs, 3),
-                                                         round(float(peak_db), 1)))
+                if unheard:
+                    await self.push_frame(UnheardSpeechFrame(segment.index, round(secs, 3),
+                                                             round(float(peak_db), 1)))
             if text:
                 logger.debug(f"{self}: transcript [{text}] after {segment.passes} passes")
                 frame = TranscriptionFrame(
