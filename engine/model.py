@@ -23,7 +23,8 @@ from diffvoice.engine.attention import attention_mask, uses_mask
 from diffvoice.engine.config import ModelConfig
 from diffvoice.engine.pass_plan import AttnPlan
 from diffvoice.engine.rope import inv_freq as rope_inv_freq
-from diffvoice.kernels.ops import block_attention
+from diffvoice.kernels.ops import block_attention, rmsnorm
+from diffvoice.kernels.ops import rotary as rotary_kernel
 
 
 class RMSNorm(nn.Module):
@@ -144,6 +145,7 @@ class DiffusionLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.num_embeddings, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed.weight
+        self._rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # rope_tables()
 
     def init_weights(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
         """Random init for fixtures and training from scratch (norms at 1, biases at 0)."""
@@ -219,17 +221,34 @@ class DiffusionLM(nn.Module):
             x = x + layer.mlp(layer.post_norm(x))
         return self.logits(x)
 
+    def rope_tables(self, device: torch.device, length: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [P, head_dim] of positions 0..P-1, P = max(max_position_embeddings,
+        `length`) or more (rotate_half convention, in the weights' dtype), made once per device:
+        the Triton path's rotary reads them by position, so a pass computes no table. The
+        runner asks for its whole canvas up front (a context past the trained length)."""
+        dtype = self.embed.weight.dtype
+        key = (torch.device(device), dtype)
+        tables = self._rope_tables.get(key)
+        want = max(self.config.max_position_embeddings, length)
+        if tables is None or tables[0].shape[0] < want:
+            arange = torch.arange(want, device=device)
+            cos, sin = self.rotary_tables(arange[None])
+            tables = self._rope_tables[key] = (cos[0], sin[0])
+        return tables
+
     def pass_geometry(self, positions: torch.Tensor, key_valid: torch.Tensor,
                       cache_lens: torch.Tensor, cache_len_max: int) -> AttnPlan:
         """The AttnPlan of one pass built for it alone (no runner plan: fixed-shape passes, the
         Triton backend): rotary tables and, on the torch backend, the attention mask over
         cat(cached keys, new keys); on the Triton backend the kernel takes the geometry."""
+        if not uses_mask(positions.device):  # the kernels index the tables by position
+            cos, sin = self.rope_tables(positions.device)
+            return AttnPlan(cos, sin, None, kernel=True)
         cos, sin = self.rotary_tables(positions)
         half = cos.shape[-1] // 2
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         cfg = self.config
-        if not uses_mask(positions.device):
-            return AttnPlan(cos[:, :, None], sin[:, :, None], None, kernel=True)
         mask = attention_mask(positions, key_valid, cache_lens, cache_len_max,
                               cfg.block_size if cfg.block_causal else 0)
         return AttnPlan(cos[:, :, None], sin[:, :, None], mask)
@@ -266,11 +285,19 @@ class DiffusionLM(nn.Module):
         half = d // 2
         views = plan.views
         fp32 = x.dtype == torch.float32
+        kernels = plan.kernel  # Triton: RMSNorm with its residual add, rotary, attention
+        delta = None  # kernels: the last MLP output, not yet added to the residual stream x
         last = len(self.layers) - 1
         for i, (layer, (k_pool, v_pool)) in enumerate(zip(self.layers, kv_cache, strict=True)):
             (in_w, in_eps, qkv_w, qkv_b, qk_w, qk_eps, qk_norm, o_w, post_w, post_eps, gate_up_w,
              down_w) = self.fused_layers[i]
-            hx = torch.rms_norm(x, x.shape[-1:], in_w, in_eps) if fp32 else layer.input_norm(x)
+            if kernels:
+                hx, res = rmsnorm(x if delta is None else delta, in_w, None if delta is None
+                                  else x, in_eps, backend="triton")
+                x = x if res is None else res
+            else:
+                hx = torch.rms_norm(x, x.shape[-1:], in_w, in_eps) if fp32 else \
+                    layer.input_norm(x)
             qkv = F.linear(hx, qkv_w, qkv_b)
             qk = qkv[..., :width].view(b, n, h + hkv, d)
             v = qkv[..., width:].view(b, n, hkv, d)
@@ -279,8 +306,13 @@ class DiffusionLM(nn.Module):
                     qk = torch.rms_norm(qk, (d,), None, qk_eps) * qk_w
                 else:
                     qk = torch.cat((layer.q_norm(qk[:, :, :h]), layer.k_norm(qk[:, :, h:])), 2)
-            qk = qk * cos + qk.roll(half, -1) * sin  # rotate_half with the sign in `sin`
-            q = qk[:, :, :h].transpose(1, 2)  # [B, Hq, L, D]
+            if kernels:  # one launch: [B, Hq + Hkv, L, D], rotated from the tables
+                qk, _ = rotary_kernel(qk.transpose(1, 2), None, cos, sin, positions,
+                                      backend="triton")
+                q, k = qk[:, :h], qk[:, h:]
+            else:
+                qk = qk * cos + qk.roll(half, -1) * sin  # rotate_half with the sign in `sin`
+                q = qk[:, :, :h].transpose(1, 2)  # [B, Hq, L, D]
             if views is not None:  # batch 1: store the new K/V, attend over the pool
                 k_dst, v_dst, keys, values = views[i]
                 off = plan.pool[3]
@@ -289,31 +321,46 @@ class DiffusionLM(nn.Module):
             elif plan.direct:
                 keys, values = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)
             else:
-                k, v = qk[:, :, h:].transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, L, D]
-                k_cached = k_pool[slots, :, :cache_len_max]  # gathered copies
-                v_cached = v_pool[slots, :, :cache_len_max]
+                v = v.transpose(1, 2)  # [B, Hkv, L, D]
+                if not kernels:
+                    k = qk[:, :, h:].transpose(1, 2)
+                    k_cached = k_pool[slots, :, :cache_len_max]  # gathered copies
+                    v_cached = v_pool[slots, :, :cache_len_max]
                 if write_pos is not None:  # in place: the pools are the persistent cache
                     rows = slots[:, None].expand_as(write_pos)
                     k_pool[rows, :, write_pos] = k.transpose(1, 2)
                     v_pool[rows, :, write_pos] = v.transpose(1, 2)
-                if plan.kernel:
-                    attn = block_attention(q, k, v, k_cached, v_cached, cache_lens, positions,
-                                           key_valid, cfg.block_size if cfg.block_causal else 0)
+                if kernels:  # reads each row's slot of the pools (the writes lie past its cache)
+                    attn = block_attention(q, k, v, k_pool[:, :, :cache_len_max],
+                                           v_pool[:, :, :cache_len_max], cache_lens, positions,
+                                           key_valid, cfg.block_size if cfg.block_causal else 0,
+                                           slots=slots, backend="triton")
                 else:
                     keys = torch.cat((k_cached, k), dim=2)
                     values = torch.cat((v_cached, v), dim=2)
-            if i == last and logits_start and not plan.kernel:  # only the logit rows need the
+            if i == last and logits_start and not kernels:  # only the logit rows need the
                 q, x = q[:, :, logits_start:], x[:, logits_start:]  # rest (row-wise math)
                 mask = mask[..., logits_start:, :] if mask is not None else None
                 logits_start = 0
-            if not plan.kernel:
+            if not kernels:
                 attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                       enable_gqa=gqa)
-            x = x + F.linear(attn.transpose(1, 2).flatten(2), o_w)
-            hx = torch.rms_norm(x, x.shape[-1:], post_w, post_eps) if fp32 else layer.post_norm(x)
+            out = F.linear(attn.transpose(1, 2).flatten(2), o_w)
+            if kernels:
+                hx, x = rmsnorm(out, post_w, x, post_eps, backend="triton")
+            else:
+                x = x + out
+                hx = torch.rms_norm(x, x.shape[-1:], post_w, post_eps) if fp32 else \
+                    layer.post_norm(x)
             gate, up = F.linear(hx, gate_up_w).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, down_w)
-        hidden = _norm(x[:, logits_start:], self.norm, cfg.rms_norm_eps)
+            delta = F.linear(F.silu(gate) * up, down_w)
+            if not kernels:
+                x = x + delta
+        if kernels:
+            hidden, _ = rmsnorm(delta[:, logits_start:], self.norm.weight, x[:, logits_start:],
+                                cfg.rms_norm_eps, backend="triton")
+        else:
+            hidden = _norm(x[:, logits_start:], self.norm, cfg.rms_norm_eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]
 
 

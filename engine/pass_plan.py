@@ -48,8 +48,9 @@ class AttnPlan:
     """What DiffusionLM.forward_step reuses across passes of one geometry (or, without one,
     builds for the pass: DiffusionLM.pass_geometry)."""
 
-    cos: torch.Tensor  # [B, L, 1, D]
-    sin: torch.Tensor  # [B, L, 1, D], first half negated (x * cos + roll(x, D/2) * sin)
+    cos: torch.Tensor  # [B, L, 1, D]; on the Triton path (`kernel`) the table [P, D]
+    sin: torch.Tensor  # [B, L, 1, D], first half negated (x * cos + roll(x, D/2) * sin);
+    # on the Triton path the plain table [P, D] (the rotary kernel reads both by position)
     mask: torch.Tensor | None  # float additive [B, 1, L, keys] (0 / -inf), None = all visible
     # pool layout (batch 1): (slot, kv0, kv1, offset) - write new tokens [offset:] (positions
     # [kv0, kv1)) into the slot's pools, attend over pool[slot, :, :kv1]
@@ -58,8 +59,9 @@ class AttnPlan:
     # pool layout: per layer (k_dst, v_dst [L', Hkv, D] pool views the new K/V are copied into,
     # keys, values [1, Hkv, kv1, D] pool views attention reads)
     views: list[tuple[torch.Tensor, ...]] | None = None
-    # the Triton kernel attends (it takes the geometry itself; `mask` is None): only in the
-    # per-pass geometry DiffusionLM.forward_step builds when the runner has no plan
+    # the Triton kernels run the pass (attention takes the geometry itself, `mask` is None;
+    # RMSNorm with its residual add and rotary are fused): only in the per-pass geometry
+    # DiffusionLM.forward_step builds when the runner has no plan
     kernel: bool = False
 
 

@@ -91,6 +91,8 @@ class ModelRunner:
         self.pinned = device.type == "cuda"
         graphs = device.type == "cuda" and not config.enforce_eager
         self.plans = PlanCache(self.model, self.kv, device, self.T, self.mask_id, self.shift)
+        if not self.plans.torch_attention:  # the Triton path reads rotary tables by position
+            self.model.rope_tables(device, self.T + 1)
         self.static = None
         if self.mc.block_causal and (graphs or config.static_shapes):
             self.static = StaticForward(self.model, self.kv, config.batch_buckets, self.T, device,

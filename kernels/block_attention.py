@@ -15,7 +15,8 @@ For few programs (batch 1, long prefix) the cache is split across `num_splits` p
 (flash-decoding); each writes (acc / l, log2-sum-exp) and a second kernel merges them. The split
 count depends only on shapes, never on cache_lens values (no host sync, CUDA-graph safe).
 
-Shapes: q [B, Hq, L, D]; k_new, v_new [B, Hkv, L, D]; k_cache, v_cache [B, Hkv, T, D];
+Shapes: q [B, Hq, L, D]; k_new, v_new [B, Hkv, L, D]; k_cache, v_cache [B, Hkv, T, D], or with
+`slots` [B] int a pool [S, Hkv, T, D] of which row b reads slot slots[b] (no gathered copy);
 cache_lens [B] int; positions [B, L] int64; new_valid [B, L] bool (every input any strides: the
 engine passes views). out [B, Hq, L, D], q's dtype. Accumulation is fp32; fp32 inputs use IEEE
 fp32 dots (no TF32).
@@ -64,13 +65,14 @@ def _attend_tile(q, k, v, visible, m_i, l_i, acc, qk_scale,
 
 @triton.jit
 def _block_attn_kernel(
-    q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, lens_ptr, pos_ptr, valid_ptr,
+    q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, lens_ptr, pos_ptr, valid_ptr, slots_ptr,
     out_ptr, o_part_ptr, lse_part_ptr,
     sq_b, sq_h, sq_l, sq_d, skn_b, skn_h, skn_l, skn_d, svn_b, svn_h, svn_l, svn_d,
     skc_b, skc_h, skc_t, skc_d, svc_b, svc_h, svc_t, svc_d,
-    so_b, so_h, so_l, so_d, spos_b, spos_l, sval_b, sval_l, slens,
+    so_b, so_h, so_l, so_d, spos_b, spos_l, sval_b, sval_l, slens, sslots,
     Hq, Hkv, L, G, D, qk_scale, block_size, num_splits, n_flat,
     CAUSAL: tl.constexpr, FINAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -101,8 +103,12 @@ def _block_attn_kernel(
     chunk = tl.cdiv(tl.cdiv(cache_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, cache_len)
-    kc_base = kc_ptr + b * skc_b + hk * skc_h
-    vc_base = vc_ptr + b * svc_b + hk * svc_h
+    if HAS_SLOTS:  # the cache is a pool of slots: row b reads slot slots[b]
+        cb = tl.load(slots_ptr + b * sslots).to(tl.int64)
+    else:
+        cb = b
+    kc_base = kc_ptr + cb * skc_b + hk * skc_h
+    vc_base = vc_ptr + cb * svc_b + hk * svc_h
     for n0 in range(start, end, BLOCK_N):
         cols = n0 + tl.arange(0, BLOCK_N)
         col_ok = cols < end
@@ -171,7 +177,7 @@ def _block_attn_combine_kernel(
 
 
 def _check_inputs(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid,
-                  block_size):
+                  block_size, slots=None):
     if q.dim() != 4:
         raise ValueError(f"q must be [B, Hq, L, D], got {tuple(q.shape)}")
     batch, hq, length, dim = q.shape
@@ -182,7 +188,13 @@ def _check_inputs(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_
                              f"got {tuple(t.shape)}")
     if k_cache.dim() != 4 or tuple(k_cache.shape) != tuple(v_cache.shape):
         raise ValueError("k_cache and v_cache must both be [B, Hkv, T, D]")
-    if (k_cache.shape[0], k_cache.shape[1], k_cache.shape[3]) != (batch, hkv, dim):
+    if slots is not None:
+        if tuple(slots.shape) != (batch,) or slots.is_floating_point():
+            raise ValueError("slots must be an integer tensor [B]")
+        if (k_cache.shape[1], k_cache.shape[3]) != (hkv, dim):
+            raise ValueError(f"a k_cache pool must be [S, Hkv, T, D] with Hkv={hkv}, D={dim}, "
+                             f"got {tuple(k_cache.shape)}")
+    elif (k_cache.shape[0], k_cache.shape[1], k_cache.shape[3]) != (batch, hkv, dim):
         raise ValueError(f"k_cache must be [B, Hkv, T, D] with B={batch}, Hkv={hkv}, D={dim}, "
                          f"got {tuple(k_cache.shape)}")
     if hkv == 0 or hq % hkv != 0:
@@ -198,10 +210,10 @@ def _check_inputs(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_
 
 
 def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid,
-                    block_size, scale=None, *, num_splits=None):
+                    block_size, scale=None, *, num_splits=None, slots=None):
     """Triton path. See the module docstring; `num_splits` overrides the split heuristic."""
     _check_inputs(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid,
-                  block_size)
+                  block_size, slots)
     batch, hq, length, dim = q.shape
     hkv = k_new.shape[1]
     group = hq // hkv
@@ -234,12 +246,13 @@ def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, ne
     new_valid_u8 = new_valid.view(torch.uint8)
     _block_attn_kernel[(m_blocks, batch * hkv, num_splits)](
         q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid_u8,
-        out, o_part, lse_part,
+        slots if slots is not None else cache_lens, out, o_part, lse_part,
         *q.stride(), *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(),
         *out.stride(), *positions.stride(), *new_valid_u8.stride(), cache_lens.stride(0),
+        slots.stride(0) if slots is not None else 0,
         hq, hkv, length, group, dim, scale * _LOG2E, int(block_size), num_splits, n_flat,
         CAUSAL=block_size > 0, FINAL=final, IEEE=q.dtype == torch.float32,
-        UPCAST=q.device.type != "cuda",
+        UPCAST=q.device.type != "cuda", HAS_SLOTS=slots is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
         num_warps=8 if block_m * block_d >= 128 * 128 else 4,
     )
@@ -264,11 +277,13 @@ def visibility_mask(cache_lens, positions, new_valid, block_size, cache_capacity
 
 
 def block_attention_ref(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid,
-                        block_size, scale=None, *, upcast=True):
+                        block_size, scale=None, *, upcast=True, slots=None):
     """Plain PyTorch with an explicit mask. upcast=False keeps q's dtype (a low-precision
     baseline for tests); the default computes in fp32 and casts the output to q's dtype."""
     _check_inputs(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid,
-                  block_size)
+                  block_size, slots)
+    if slots is not None:
+        k_cache, v_cache = k_cache[slots], v_cache[slots]
     batch, hq, length, dim = q.shape
     group = hq // k_new.shape[1]
     scale = 1.0 / math.sqrt(dim) if scale is None else float(scale)

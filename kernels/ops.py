@@ -38,11 +38,12 @@ def unmask_confidence(logits, prev_logits=None, shift=False, temperature=1.0,
 
 
 def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid,
-                    block_size, scale=None, *, backend=None):
+                    block_size, scale=None, *, slots=None, backend=None):
     """-> out [B, Hq, L, D] in q's dtype.
 
     q [B, Hq, L, D]; k_new/v_new [B, Hkv, L, D]; k_cache/v_cache [B, Hkv, T, D] with the first
-    cache_lens[b] slots valid; positions [B, L] int64; new_valid [B, L] bool; block_size 0 =
+    cache_lens[b] slots valid, or with slots [B] int pools [S, Hkv, T, D] whose slot slots[b]
+    is row b's cache; positions [B, L] int64; new_valid [B, L] bool; block_size 0 =
     bidirectional among new keys, > 0 = block-causal over absolute positions.
     """
     if resolve_backend(q.device, backend) == "triton":
@@ -50,7 +51,7 @@ def block_attention(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, ne
     else:
         fn = block_attention_ref
     return fn(q, k_new, v_new, k_cache, v_cache, cache_lens, positions, new_valid, block_size,
-              scale)
+              scale, slots=slots)
 
 
 def rmsnorm(x, weight, residual=None, eps=1e-6, *, backend=None):
@@ -61,6 +62,6 @@ def rmsnorm(x, weight, residual=None, eps=1e-6, *, backend=None):
 
 def rotary(q, k, cos, sin, positions=None, *, backend=None):
     """-> (q_out, k_out), contiguous [B, H, L, D]. cos/sin [B, L, D], or tables [P, D] with
-    positions [B, L]."""
+    positions [B, L]. k=None: q alone (k_out None)."""
     fn = _rotary_triton if resolve_backend(q.device, backend) == "triton" else rotary_ref
     return fn(q, k, cos, sin, positions)

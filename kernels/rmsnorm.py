@@ -51,21 +51,23 @@ def rmsnorm(x, weight, residual=None, eps=1e-6):
     """Triton path: returns (normed, new_residual or None). See the module docstring."""
     _check_inputs(x, weight, residual, eps)
     hidden = x.shape[-1]
-    x2 = x.reshape(-1, hidden).contiguous()  # [N, H]
-    out = torch.empty_like(x2)
+    x = x if x.is_contiguous() else x.contiguous()  # rows of H, back to back
+    out = torch.empty_like(x)
     res_out = None
-    res2 = x2  # unused pointer when there is no residual
+    res = x  # unused pointer when there is no residual
     if residual is not None:
-        res2 = residual.reshape(-1, hidden).contiguous()
-        res_out = torch.empty_like(x2)
-    if x2.shape[0] > 0:
+        res = residual if residual.is_contiguous() else residual.contiguous()
+        res_out = torch.empty_like(x)
+    rows = x.numel() // hidden if hidden else 0
+    if rows > 0:
         block_h = triton.next_power_of_2(hidden)
-        _rmsnorm_kernel[(x2.shape[0],)](
-            x2, res2, weight.contiguous(), out, res_out if res_out is not None else out, hidden,
+        _rmsnorm_kernel[(rows,)](
+            x, res, weight if weight.is_contiguous() else weight.contiguous(), out,
+            res_out if res_out is not None else out, hidden,
             float(eps), HAS_RES=residual is not None, BLOCK_H=block_h,
             num_warps=8 if block_h >= 4096 else 4,
         )
-    return out.view(x.shape), (res_out.view(x.shape) if res_out is not None else None)
+    return out, res_out
 
 
 def rmsnorm_ref(x, weight, residual=None, eps=1e-6):

@@ -7,7 +7,8 @@ cos/sin come either per token, [B, L, D] (what HF's rotary module returns), or a
 [P, D] indexed by positions [B, L] int64 (pass `positions`). The kernel computes in fp32 and
 rounds once; the reference follows HF (cos/sin cast to x's dtype, products in x's dtype).
 Shapes: q [B, Hq, L, D], k [B, Hk, L, D] (any strides, e.g. a transposed [B, L, H, D] view).
-Returns new tensors (q_out, k_out), contiguous [B, H, L, D], same dtype as the inputs.
+Returns new tensors (q_out, k_out), contiguous [B, H, L, D], same dtype as the inputs (k=None:
+q alone, e.g. q and k stacked on the head axis, in one launch; k_out is None).
 This module knows nothing about the model; kernels/ops.py dispatches.
 """
 
@@ -95,11 +96,13 @@ def _rotate_one(x, cos, sin, positions):
 
 
 def rotary(q, k, cos, sin, positions=None):
-    """Triton path: returns (q_out, k_out). See the module docstring."""
-    _check_inputs(q, k, cos, sin, positions)
+    """Triton path: returns (q_out, k_out). See the module docstring. k=None rotates q alone
+    (one launch for q and k stacked on the head axis) and returns (q_out, None)."""
+    _check_inputs(q, q if k is None else k, cos, sin, positions)
     if sin.stride() != cos.stride():  # the kernel walks both with cos's strides
         cos, sin = cos.contiguous(), sin.contiguous()
-    return _rotate_one(q, cos, sin, positions), _rotate_one(k, cos, sin, positions)
+    q_out = _rotate_one(q, cos, sin, positions)
+    return q_out, (None if k is None else _rotate_one(k, cos, sin, positions))
 
 
 def rotate_half(x):
@@ -108,7 +111,9 @@ def rotate_half(x):
 
 
 def rotary_ref(q, k, cos, sin, positions=None):
-    """Plain PyTorch, exactly HF's apply_rotary_pos_emb(unsqueeze_dim=1)."""
+    """Plain PyTorch, exactly HF's apply_rotary_pos_emb(unsqueeze_dim=1); k=None as rotary."""
+    if k is None:
+        return rotary_ref(q, q, cos, sin, positions)[0], None
     _check_inputs(q, k, cos, sin, positions)
     if positions is not None:
         cos, sin = cos[positions], sin[positions]  # [B, L, D]

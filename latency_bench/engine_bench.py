@@ -19,7 +19,10 @@ What it measures (all greedy, answers forced to equal length with ignore_eos):
                      not send (latency_bench.engine_host: reads per block round, plans built and
                      re-anchored per pass, busy time outside the forward per pass), eager
   aten_ops_per_layer_pass   aten operators one decoder layer dispatches per pass, for the
-                     --aten-ops-preset shape (2-layer less 1-layer copies, CPU, batch 1)
+                     --aten-ops-preset shape (2-layer less 1-layer copies, CPU, batch 1), and
+                     device_ops_per_layer_pass, those that do device work (no views or
+                     allocations); with --aten-ops-kernels triton the same for the GPU's
+                     decode path (fields ending in _triton; a Triton launch is one operator)
 The model is built in memory with random weights (nothing is downloaded); `--model DIR` measures a
 checkpoint instead. Knows nothing about voice.
 """
@@ -112,6 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--aten-ops-preset", default="qwen2.5-1.5b",
                         help="model shape whose aten ops per layer per pass are counted "
                              "(a --preset name; 'none' to skip)")
+    parser.add_argument("--aten-ops-kernels", default="torch", choices=["torch", "triton",
+                                                                         "torch,triton"],
+                        help="decode path(s) counted: torch (what a CPU runs) and/or triton "
+                             "(the GPU's fused kernels, under Triton's CPU interpreter: slow; "
+                             "its fields end in _triton)")
 
 
 def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int,
@@ -278,8 +286,12 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
             out[key] = {b: p[key] for b, p in profiles.items()}
     if args.aten_ops_preset != "none":
         mc = loaded.config  # its tokenizer's ids, inside every preset's vocabulary
-        out.update(aten_ops_per_layer_pass(PRESETS[args.aten_ops_preset], loaded.tokenizer,
-                                           mc.mask_token_id, mc.eos_token_ids[0], params))
+        for kernels in args.aten_ops_kernels.split(","):
+            counts = aten_ops_per_layer_pass(PRESETS[args.aten_ops_preset], loaded.tokenizer,
+                                             mc.mask_token_id, mc.eos_token_ids[0], params,
+                                             kernels=kernels)
+            suffix = "" if kernels == "torch" else f"_{kernels}"
+            out.update({f"{key}{suffix}": value for key, value in counts.items()})
         out["aten_ops_preset"] = args.aten_ops_preset
     return out
 

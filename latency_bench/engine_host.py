@@ -19,9 +19,11 @@
                                  block step before, which overlap queued before reading it,
         "overlapped_steps":      block steps queued before the previous one was read,
         "reads_by_kind"}
-    aten_ops_per_layer_pass(dims, params) -> aten operators dispatched per pass by one decoder
-        layer: the ops per pass of a 2-layer copy of a model shape less those of a 1-layer copy
-        (engine.profiling.AtenOps), batch 1.
+    aten_ops_per_layer_pass(dims, params, kernels="torch") -> aten operators dispatched per
+        pass by one decoder layer: the ops per pass of a 2-layer copy of a model shape less
+        those of a 1-layer copy (engine.profiling.AtenOps), batch 1; kernels="triton" counts
+        the GPU's decode path (each Triton launch one operator); device_ops_per_layer_pass:
+        those that do device work (a kernel each on a GPU), without views and allocations.
 
 Counted on the engine's worker thread by wrapping its methods on the instances; nothing in the
 engine is changed. Knows nothing about voice.
@@ -30,7 +32,9 @@ engine is changed. Knows nothing about voice.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -39,6 +43,8 @@ from diffvoice.engine.config import ModelConfig
 from diffvoice.engine.loader import LoadedModel
 from diffvoice.engine.model import DiffusionLM
 from diffvoice.engine.profiling import AtenOps, HostReads
+from diffvoice.kernels._triton import HAS_TRITON, can_interpret
+from diffvoice.kernels.dispatch import ENV_VAR
 
 
 async def _drive(engine: Engine, chats, params: SamplingParams, concurrency: int) -> int:
@@ -72,6 +78,8 @@ def _counted(mode, total):
             with mode() as counts:
                 out = fn(*args, **kwargs)
             total.by_name.update(counts.by_name)
+            if isinstance(total, AtenOps):
+                total.metadata += counts.metadata
             return out
         return run
     return around
@@ -157,16 +165,41 @@ def _ops_per_pass(loaded: LoadedModel, messages, params: SamplingParams, config)
         _wrap(engine.runner, "step", _counted(AtenOps, ops))
         passes0 = engine.total_passes
         asyncio.run(_drive(engine, [messages], params, 1))
-        return ops.count / max(engine.total_passes - passes0, 1)
+        passes = max(engine.total_passes - passes0, 1)
+        return ops.count / passes, ops.launches / passes
     finally:
         engine.close()
 
 
 def aten_ops_per_layer_pass(dims: dict, tokenizer, mask_id: int, eos_id: int,
                             params: SamplingParams, config: EngineConfig | None = None,
-                            seed: int = 0) -> dict:
+                            seed: int = 0, kernels: str = "torch") -> dict:
     """Aten ops per pass of one decoder layer of the shape `dims` (family and sizes, as
-    engine_bench.PRESETS), from 1- and 2-layer copies on the CPU, batch 1."""
+    engine_bench.PRESETS), from 1- and 2-layer copies on the CPU, batch 1. `kernels`: the
+    backend ($DIFFVOICE_KERNELS for the run): "torch", what a CPU runs, or "triton", the
+    decode path a GPU runs (fused kernels; here under Triton's interpreter, slow), where each
+    kernel launch counts as one operator."""
+    if kernels == "triton" and not (HAS_TRITON and can_interpret()):
+        raise RuntimeError("counting the Triton path on a CPU needs triton and its interpreter "
+                           "(TRITON_INTERPRET=1 before triton is imported)")
+    with _kernels(kernels):
+        return _aten_ops_per_layer_pass(dims, tokenizer, mask_id, eos_id, params, config, seed)
+
+
+@contextmanager
+def _kernels(backend: str):
+    saved = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = backend
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = saved
+
+
+def _aten_ops_per_layer_pass(dims, tokenizer, mask_id, eos_id, params, config, seed) -> dict:
     config = config or EngineConfig(device="cpu", enforce_eager=True, max_running=1)
     dims = dict(dims)
     family = dims.pop("family")
@@ -182,5 +215,7 @@ def aten_ops_per_layer_pass(dims: dict, tokenizer, mask_id: int, eos_id: int,
         per_pass[layers] = _ops_per_pass(
             loaded, [{"role": "user", "content": "When are you open on Saturday?"}], params,
             config)
-    return {"aten_ops_per_layer_pass": per_pass[2] - per_pass[1],
-            "aten_ops_per_pass_1_layer": per_pass[1], "aten_ops_per_pass_2_layers": per_pass[2]}
+    return {"aten_ops_per_layer_pass": per_pass[2][0] - per_pass[1][0],
+            "aten_ops_per_pass_1_layer": per_pass[1][0],
+            "aten_ops_per_pass_2_layers": per_pass[2][0],
+            "device_ops_per_layer_pass": per_pass[2][1] - per_pass[1][1]}

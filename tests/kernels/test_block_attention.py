@@ -76,6 +76,27 @@ def test_triton_strided_q_and_scale(triton_backend, check_lowp):
     check_lowp(out, ref, ref, torch.float32)
 
 
+@pytest.mark.parametrize("num_splits", [1, 2], ids=["split1", "split2"])
+def test_slot_pool_reads_as_the_gathered_cache(triton_backend, num_splits):
+    """With `slots`, row b reads slot slots[b] of a pool with more slots than rows (in any
+    order, a slot's tail beyond T unread): the same output as the gathered copies, on both
+    paths."""
+    inputs = make_inputs(3, 4, 2, 5, 16, 11, torch.float32)
+    q, k_new, v_new, k_cache, v_cache, lens, pos, valid = inputs
+    slots = torch.tensor([4, 0, 2], device=DEVICE)
+    k_pool = torch.randn(6, 2, 20, 16, device=DEVICE)  # other slots: noise that must stay unread
+    v_pool = torch.randn(6, 2, 20, 16, device=DEVICE)
+    k_pool[slots, :, :11], v_pool[slots, :, :11] = k_cache, v_cache
+    want = block_attention_ref(*inputs, 4)
+    for fn, kw in ((block_attention, {"num_splits": num_splits}), (block_attention_ref, {})):
+        got = fn(q, k_new, v_new, k_pool[:, :, :11], v_pool[:, :, :11], lens, pos, valid, 4,
+                 slots=slots, **kw)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="slots"):
+        block_attention(q, k_new, v_new, k_pool, v_pool, lens, pos, valid, 4,
+                        slots=slots.float())
+
+
 def test_reference_matches_per_query_loop():
     batch, hq, hkv, length, dim, cap, block_size = 3, 4, 2, 6, 8, 9, 4
     inputs = make_inputs(batch, hq, hkv, length, dim, cap, torch.float32, "cpu")

@@ -97,3 +97,17 @@ def test_gpu_qwen_heads(check_lowp):
     refs = rotary_ref(*upcast(q, k), cos, sin, positions)
     for got, low, ref in zip(outs, lows, refs, strict=True):
         check_lowp(got, ref, low, torch.bfloat16)
+
+
+@pytest.mark.parametrize("fn", [rotary, rotary_ref], ids=["triton", "reference"])
+def test_q_and_k_stacked_rotate_in_one_call(triton_backend, fn):
+    """k=None rotates q alone: q and k stacked on the head axis (the model's one launch) give
+    what rotating them apart gives."""
+    q, k = make_qk(2, 4, 2, 5, 16, torch.float32)
+    cos, sin = rope_tables(64, 16)
+    positions = torch.randint(0, 64, (2, 5), device=DEVICE)
+    q_out, k_out = fn(q, k, cos, sin, positions)
+    both, none = fn(torch.cat((q, k), 1), None, cos, sin, positions)
+    assert none is None and both.shape == (2, 6, 5, 16)
+    torch.testing.assert_close(both[:, :4], q_out)
+    torch.testing.assert_close(both[:, 4:], k_out)
