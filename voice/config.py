@@ -90,6 +90,15 @@ class ServeConfig(SessionLimits):
             "turn_window_secs"
         ),
     )
+    vad_min_volume: float = field(
+        default=0.5,
+        metadata=_help(
+            "the Silero VAD's loudness gate (pipecat's min_volume: 0 silent .. 1 loud, its "
+            "smoothed BS.1770 loudness over 400 ms): pipecat's 0.6 rises too slowly for one "
+            "short word ('yes'), which then never starts a turn, most often over the phone "
+            "(docs/latency/turn-taking.md)"
+        ),
+    )
     asr_pause_secs: float = field(
         default=0.2,
         metadata=_help(
@@ -305,6 +314,10 @@ class ServeConfig(SessionLimits):
         lo, hi = STOP_SECS_RANGE
         if not isinstance(self.stop_secs, (int, float)) or not lo <= self.stop_secs <= hi:
             raise ValueError(f"stop_secs must be in [{lo}, {hi}], got {self.stop_secs!r}")
+        if not isinstance(self.vad_min_volume, (int, float)) or not (
+            0.0 <= self.vad_min_volume <= 1.0
+        ):
+            raise ValueError(f"vad_min_volume must be in [0, 1], got {self.vad_min_volume!r}")
         if not isinstance(self.asr_pause_secs, (int, float)) or not (
             0.05 <= self.asr_pause_secs <= self.stop_secs
         ):

@@ -173,7 +173,8 @@ def build_pipeline(
         transport_in.windows_per_frame = getattr(config, "input_frame_ms", window_ms) // window_ms
     stt = state.asr.make_service()
     # records where speech ended; one shared ONNX session for every call (voice.vad)
-    vad = SpeechTrackingVAD(params=VADParams(stop_secs=stop_secs))
+    vad = SpeechTrackingVAD(params=VADParams(
+        stop_secs=stop_secs, min_volume=getattr(config, "vad_min_volume", 0.5)))
     if isinstance(transport_in, VadAlignedInput):  # larger frames while the VAD lags behind
         transport_in.backlog = lambda: transport_in.pushed_secs - vad.received_secs
     receptionist = getattr(state, "receptionist", None)

@@ -173,6 +173,7 @@ def create_app(state: AppState) -> FastAPI:
                 "tts": getattr(state.tts, "name", None),
                 "output_sample_rate": getattr(state.tts, "sample_rate", None),
                 "stop_secs": config.stop_secs,
+                "vad_min_volume": config.vad_min_volume,
                 "active_sessions": len(state.active_sessions),
                 "max_sessions": config.max_sessions,
                 "engine": _engine_stats(state),

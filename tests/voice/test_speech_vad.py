@@ -43,3 +43,36 @@ async def test_silence_is_counted_in_analysed_stream_time(speech):
     for offset in range(0, cut, 640):
         await vad.analyze_audio(pcm[offset: offset + 640])
     assert 0.3 < vad.silence_secs < 0.45  # the silence analysed, not the wall time
+
+
+def _phone_path(pcm: np.ndarray) -> bytes:
+    """16 kHz speech as a Twilio caller's reaches the VAD: 8 kHz mu-law, back to 16 kHz."""
+    import soxr
+
+    from diffvoice.voice.telephony import mulaw
+
+    narrow = soxr.resample(pcm.astype(np.float32) / 32768, 16000, 8000)
+    heard = mulaw.decode(mulaw.encode((np.clip(narrow, -1, 1) * 32767).astype(np.int16)))
+    wide = soxr.resample(np.asarray(heard, np.float32) / 32768, 8000, 16000)
+    return (np.clip(wide, -1, 1) * 32767).astype(np.int16).tobytes()
+
+
+async def test_one_short_word_over_the_phone_starts_speech_at_the_served_loudness_gate():
+    """espeak-ng en-gb+m3 "yes" over the phone path: Silero is sure of it, but pipecat's
+    loudness gate (min_volume 0.6, a smoothed loudness over 400 ms) rises too slowly for a
+    word this short, so the VAD never confirmed it and the caller got no turn at all. The
+    served gate (ServeConfig.vad_min_volume) confirms it."""
+    from diffvoice.latency_bench.corpus import speech_only
+    from diffvoice.latency_bench.speakers import Speaker, Synth
+    from diffvoice.voice.config import ServeConfig
+
+    word = speech_only(Synth(), Speaker("espeak", "en-gb+m3", 150), "yes")
+    silence = np.zeros(8000, np.int16)
+    pcm = _phone_path(np.concatenate([silence, word, silence, silence]))
+    verdicts = {}
+    for min_volume in (ServeConfig().vad_min_volume, 0.6):
+        vad = SpeechTrackingVAD(params=VADParams(stop_secs=0.2, min_volume=min_volume))
+        vad.set_sample_rate(16000)
+        states = [await vad.analyze_audio(pcm[i: i + 640]) for i in range(0, len(pcm), 640)]
+        verdicts[min_volume] = VADState.SPEAKING in states
+    assert verdicts == {ServeConfig().vad_min_volume: True, 0.6: False}
