@@ -18,6 +18,7 @@ thread-local (torch's mode stack): enter them on the engine's worker thread, e.g
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import torch
@@ -105,27 +106,30 @@ class _TritonLaunches:
 
     def __init__(self):
         self.depth, self.saved = 0, []
+        self.lock = threading.Lock()  # AtenOps may open on several threads
 
     def watch(self) -> None:
-        self.depth += 1
-        if self.depth > 1:
-            return
-        try:
-            from triton.runtime.interpreter import InterpretedFunction
-            from triton.runtime.jit import JITFunction
-        except ImportError:  # no triton: nothing launches
-            return
-        for cls in (InterpretedFunction, JITFunction):
-            original = cls.run
-            self.saved.append((cls, original))
-            cls.run = _counted_launch(original)
+        with self.lock:
+            self.depth += 1
+            if self.depth > 1:
+                return
+            try:
+                from triton.runtime.interpreter import InterpretedFunction
+                from triton.runtime.jit import JITFunction
+            except ImportError:  # no triton: nothing launches
+                return
+            for cls in (InterpretedFunction, JITFunction):
+                original = cls.run
+                self.saved.append((cls, original))
+                cls.run = _counted_launch(original)
 
     def unwatch(self) -> None:
-        self.depth -= 1
-        if self.depth == 0:
-            for cls, original in self.saved:
-                cls.run = original
-            self.saved.clear()
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                for cls, original in self.saved:
+                    cls.run = original
+                self.saved.clear()
 
 
 def _counted_launch(run):
