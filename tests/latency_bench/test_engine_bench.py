@@ -40,3 +40,4 @@ def test_bench_engine_writes_the_documented_fields(tmp_path):
     assert raw["host_profile"]["2"]["passes"] > 0
     ops = raw["aten_ops_per_pass_2_layers"] - raw["aten_ops_per_pass_1_layer"]
     assert raw["aten_ops_per_layer_pass"] == ops > 10
+    assert 0 < raw["device_ops_per_layer_pass"] <= raw["aten_ops_per_layer_pass"]

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from diffvoice.engine import SamplingParams
-from diffvoice.engine.profiling import AtenOps
 from diffvoice.engine.loader import load_checkpoint
+from diffvoice.engine.profiling import AtenOps
 from diffvoice.engine.testing import make_random_checkpoint
 from diffvoice.kernels._triton import HAS_TRITON, can_interpret
 from diffvoice.kernels.ops import rmsnorm

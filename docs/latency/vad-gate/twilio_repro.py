@@ -8,13 +8,14 @@ speed, against a running server (the bench's own Twilio caller, latency_bench.tw
 
 Prints per turn: dialogue/voice, prompt, status, message, ms from the end of speech to the
 first audible answer, call sid (grep the server log for it). Output: twilio_repro.txt."""
-import asyncio, sys, json
+import asyncio
+import sys
 from pathlib import Path
+
 from diffvoice.latency_bench.config import BenchConfig
 from diffvoice.latency_bench.corpus import SLOT_DIALOGUES, dialogue_prompts
 from diffvoice.latency_bench.speakers import espeak_speakers
 from diffvoice.latency_bench.twilio_client import run_twilio_session
-
 
 url = sys.argv[1]
 dialogues = [d for d in SLOT_DIALOGUES if d[1] in ("yes", "maria")]
@@ -31,9 +32,7 @@ for p in prompts:
 async def main():
     for key, unit in units.items():
         out = []
-        def on_turn(t):
-            out.append(t)
-        info = await run_twilio_session(config, url, 0, unit, 1, on_turn)
+        info = await run_twilio_session(config, url, 0, unit, 1, out.append)
         for t in out:
             heard = (t.first_audible_t - t.speech_end_t) * 1000 if t.first_audible_t else None
             print(key, t.prompt, t.status, t.message, heard, info.get("call_sid"), flush=True)

@@ -3,9 +3,12 @@ slot answer, wideband or through the phone path (16 k -> 8 k -> mu-law -> 8 k ->
 pipecat's gate (min_volume 0.6): `python vad_probe.py yes en-gb+m3 150 phone|wide`."""
 import sys
 from pathlib import Path
-import numpy as np, soxr
+
+import numpy as np
+import soxr
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
+
 from diffvoice.latency_bench.corpus import SLOT_DIALOGUES, dialogue_prompts
 from diffvoice.latency_bench.speakers import espeak_speakers
 from diffvoice.voice.telephony import mulaw
@@ -29,16 +32,20 @@ confs = []
 orig_vol = vad._get_smoothed_volume
 vols = []
 def vol(a):
-    v = orig_vol(a); vols.append(float(np.asarray(v).ravel()[0])); return v
+    v = orig_vol(a)
+    vols.append(float(np.asarray(v).ravel()[0]))
+    return v
 vad._get_smoothed_volume = vol
 orig_conf = vad.voice_confidence
 def conf(b):
-    c = orig_conf(b); confs.append(float(np.asarray(c).ravel()[0])); return c
+    c = orig_conf(b)
+    confs.append(float(np.asarray(c).ravel()[0]))
+    return c
 vad.voice_confidence = conf
 states = []
 for i in range(0, len(pcm) - 512, 512):
     states.append(vad._run_analyzer(pcm[i:i + 512].tobytes()).name)
 print(word, voice, speed, path, "peak dBFS", round(20 * np.log10(np.abs(pcm).max() / 32768), 1))
-for i, (c, v, s) in enumerate(zip(confs, vols, states)):
+for i, (c, v, s) in enumerate(zip(confs, vols, states, strict=True)):
     if c > 0.2 or v > 0.3:
         print(f"{i*32:5d} ms conf {c:.2f} vol {v:.2f} {s}")
