@@ -8,7 +8,8 @@
 # Steps, each under its own time limit, each going on when an earlier one failed:
 #   env      nvidia-smi, python/torch/triton versions
 #   pytest   tests/kernels (every kernel test on CUDA tensors), tests/engine/test_cuda_graphs.py,
-#            tests/engine/test_triton_engine.py tests/engine/test_warmup_graphs.py
+#            tests/engine/test_triton_engine.py tests/engine/test_warmup_graphs.py, and
+#            test_golden.py's golden tokens on the GPU's Triton path
 #   kernels  python -m diffvoice.kernels.bench (Triton vs reference at real sizes, GB/s vs copy,
 #            then `diffvoice bench engine --preset qwen2.5-1.5b --dtype bfloat16 --batch 1,32
 #            --compare-graphs`)
@@ -75,9 +76,10 @@ fi
 step env 30 bash -c "date -u; nvidia-smi || true; $PY -c 'import sys, torch, triton; \
 print(sys.version); print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \
 torch.cuda.is_available() and torch.cuda.get_device_name()); print(\"triton\", triton.__version__)'"
-step pytest 120 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -o asyncio_mode=auto \
+step pytest 180 "$PY" -m pytest -q -p no:cacheprovider -o addopts= -o asyncio_mode=auto \
     --junitxml="$RES/pytest.xml" tests/kernels tests/engine/test_cuda_graphs.py \
-    tests/engine/test_triton_engine.py tests/engine/test_warmup_graphs.py
+    tests/engine/test_triton_engine.py tests/engine/test_warmup_graphs.py \
+    tests/engine/test_golden.py::test_triton_path_reproduces_golden_tokens
 step kernels 240 "$PY" -m diffvoice.kernels.bench --out "$RES/perf" "${BENCH_ARGS[@]}" \
     ${KERNELS_EXTRA:-}  # e.g. KERNELS_EXTRA=--skip-engine
 step fast 180 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
