@@ -112,13 +112,12 @@ def rotate_half(x):
 
 def rotary_ref(q, k, cos, sin, positions=None):
     """Plain PyTorch, exactly HF's apply_rotary_pos_emb(unsqueeze_dim=1); k=None as rotary."""
-    if k is None:
-        return rotary_ref(q, q, cos, sin, positions)[0], None
-    _check_inputs(q, k, cos, sin, positions)
+    _check_inputs(q, q if k is None else k, cos, sin, positions)
     if positions is not None:
         cos, sin = cos[positions], sin[positions]  # [B, L, D]
-    cos_q, sin_q = cos.to(q.dtype)[:, None], sin.to(q.dtype)[:, None]  # [B, 1, L, D]
-    cos_k, sin_k = cos.to(k.dtype)[:, None], sin.to(k.dtype)[:, None]
-    q_out = q * cos_q + rotate_half(q) * sin_q
-    k_out = k * cos_k + rotate_half(k) * sin_k
-    return q_out.contiguous(), k_out.contiguous()
+
+    def rotate(x):
+        c, s = cos.to(x.dtype)[:, None], sin.to(x.dtype)[:, None]  # [B, 1, L, D]
+        return (x * c + rotate_half(x) * s).contiguous()
+
+    return rotate(q), (None if k is None else rotate(k))
