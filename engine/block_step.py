@@ -13,6 +13,7 @@ same token for token as pass by pass.
     n = planner.passes(rows)          # 1 = an ordinary pass
     planner.observe(rows, out)        # after the read: what data-dependent blocks took
     planner.sure_done(row, n)         # will n passes surely finish the row's block? (overlap)
+    masks_bound(row) / masks_after(row, m)   # what a pass may still commit (prediction slots)
 
 Per row:
   constrained (tool call / JSON)   1: its skeleton may grow after every pass (constrained.hook)
@@ -85,6 +86,35 @@ def _exact_passes(seq: Sequence) -> int | None:
                 return j
         return len(counts) + 1 if counts else 1
     return None
+
+
+# policies that commit at least one maskable slot a pass (engine.policies; low_confidence exactly
+# ceil(masks / passes left)); the families' own rules may commit none (SDAR's k, Dream's int)
+AT_LEAST_ONE = frozenset({"low_confidence", "threshold", "entropy"})
+
+
+def masks_bound(seq: Sequence) -> int | None:
+    """The most maskable slots the row's window can hold at its next pass, where the host can
+    bound them without a read (None: it cannot). Only rows whose maskable slots are their
+    counted masks: fast decoding (EOS fill, final commits: masks behind an EOS or past
+    max_new_tokens are filled), greedy and unconstrained (sampled rows draw noise over the whole
+    window; a schema may block any commit)."""
+    rules = seq.rules
+    if (not rules.eos_fill or not rules.final_commits or seq.constraint is not None
+            or seq.params.temperature > 0):
+        return None
+    return _masks(seq)
+
+
+def masks_after(seq: Sequence, masks: int) -> int:
+    """A bound on the masks left after a pass that began with at most `masks` (monotone in it:
+    a bound in, a bound out). Call before Scheduler.advance accounts the pass."""
+    policy = _policy(seq)
+    if seq.first_token_due or policy not in AT_LEAST_ONE or masks <= 0:
+        return max(0, masks)
+    if policy == "low_confidence":
+        return masks - math.ceil(masks / seq.steps_left)
+    return masks - 1
 
 
 class BlockStepPlanner:

@@ -257,7 +257,8 @@ class DiffusionLM(nn.Module):
                      key_valid: torch.Tensor, kv_cache: list[tuple[torch.Tensor, torch.Tensor]],
                      slots: torch.Tensor, cache_lens: torch.Tensor, cache_len_max: int,
                      write_pos: torch.Tensor | None, logits_start: int,
-                     plan: AttnPlan | None = None) -> torch.Tensor:
+                     plan: AttnPlan | None = None,
+                     select: torch.Tensor | None = None) -> torch.Tensor:
         """One denoising pass for a batch of requests: the one inference forward.
 
         input_ids/positions [B, L]: each row's new tokens (left-padded); key_valid [B, L]: which new
@@ -266,7 +267,9 @@ class DiffusionLM(nn.Module):
         pool slot; cache_lens [B]: valid cached positions per row (all earlier than any new token);
         cache_len_max: max(cache_lens) known on the host; write_pos [B, L]: pool position to write
         each new token's K/V (T = discard), None = write nothing; logits_start: compute logits for
-        input positions [logits_start:] only. Returns logits [B, L - logits_start, V].
+        input positions [logits_start:] only. Returns logits [B, L - logits_start, V]; with
+        `select` [B, K] (indices into those positions) only theirs, [B, K, V]: the last layer's
+        attention and MLP and the head run for those rows alone.
         `plan` (engine.pass_plan.AttnPlan): the rotary tables, attention mask and K/V layout of
         this geometry, built once by the runner's PlanCache and reused; None: built for this
         pass (`pass_geometry`). Fuses the projections on first use (Engine does it up front).
@@ -338,10 +341,15 @@ class DiffusionLM(nn.Module):
                 else:
                     keys = torch.cat((k_cached, k), dim=2)
                     values = torch.cat((v_cached, v), dim=2)
-            if i == last and logits_start and not kernels:  # only the logit rows need the
-                q, x = q[:, :, logits_start:], x[:, logits_start:]  # rest (row-wise math)
-                mask = mask[..., logits_start:, :] if mask is not None else None
-                logits_start = 0
+            if i == last and (logits_start or select is not None) and not kernels:
+                q, x = q[:, :, logits_start:], x[:, logits_start:]  # only the logit rows need
+                mask = mask[..., logits_start:, :] if mask is not None else None  # the rest
+                logits_start = 0  # (row-wise math)
+                if select is not None:
+                    q = q.take_along_dim(select[:, None, :, None], 2)
+                    x = x.take_along_dim(select[:, :, None], 1)
+                    mask = mask.take_along_dim(select[:, None, :, None], 2) \
+                        if mask is not None else None
             if not kernels:
                 attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                       enable_gqa=gqa)
@@ -357,8 +365,11 @@ class DiffusionLM(nn.Module):
             if not kernels:
                 x = x + delta
         if kernels:
-            hidden, _ = rmsnorm(delta[:, logits_start:], self.norm.weight, x[:, logits_start:],
-                                cfg.rms_norm_eps, backend="triton")
+            delta, x = delta[:, logits_start:], x[:, logits_start:]
+            if select is not None:
+                delta = delta.take_along_dim(select[:, :, None], 1)
+                x = x.take_along_dim(select[:, :, None], 1)
+            hidden, _ = rmsnorm(delta, self.norm.weight, x, cfg.rms_norm_eps, backend="triton")
         else:
             hidden = _norm(x[:, logits_start:], self.norm, cfg.rms_norm_eps)
         return F.linear(hidden, self.lm_head.weight)[..., : cfg.vocab_size]

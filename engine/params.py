@@ -146,6 +146,13 @@ class EngineConfig:
                   None = on a CUDA device only: on a CPU the "device" is the worker thread
                   itself, so nothing overlaps and each block would reach its caller one step
                   later.
+    predict_masked: predict only the window slots a pass may commit (their maskable slots, as
+                  many as the row with the most, found on the device; the host bounds the count
+                  from the policies' schedules: engine.block_step.masks_bound): the last layer's
+                  attention and MLP, the head and the softmax run for those rows alone. For
+                  greedy fast-decoding rows on the eager path (not sampled, schema-constrained
+                  or reference-decoded rows, nor a fixed-shape / CUDA-graph pass: those predict
+                  the whole window). Off: every pass predicts the whole window.
     worker_threads: torch's intra-op threads on the engine's worker thread (torch.set_num_threads
                   there; it is per thread). None = 1 on a CPU device, where a second OpenMP team
                   beside the main thread's made every small op 16-19x slower on the 2-core
@@ -175,6 +182,7 @@ class EngineConfig:
     block_step_passes: int = 16
     worker_threads: int | None = None
     overlap: bool | None = None
+    predict_masked: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_drafts, int) or self.max_drafts < 0:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from diffvoice.engine.block_step import masks_after, masks_bound
 from diffvoice.engine.constrained.hook import after_pass, constrain_pass
 from diffvoice.engine.cuda_graphs import StaticForward
 from diffvoice.engine.loader import LoadedModel
@@ -64,6 +65,9 @@ class BlockStep:
     done: torch.Tensor | None = None  # [B] bool: the row's decode block has no mask left
     idle: torch.Tensor | None = None  # [B] long: passes the row sat out
     low: torch.Tensor | None = None  # [B] f32: lowest confidence committed (first blocks)
+    # per row, the most maskable slots its next pass can see (engine.block_step.masks_bound);
+    # None: some row has no such bound, every pass predicts the whole window
+    bound: list[int] | None = None
 
 
 class ModelRunner:
@@ -89,6 +93,7 @@ class ModelRunner:
         self.seq = torch.full((slots, self.T + 1), self.mask_id, dtype=torch.long, device=device)
         self.generators: dict[int, torch.Generator] = {}
         self.pinned = device.type == "cuda"
+        self.predict_masked = config.predict_masked
         graphs = device.type == "cuda" and not config.enforce_eager
         self.plans = PlanCache(self.model, self.kv, device, self.T, self.mask_id, self.shift)
         if not self.plans.torch_attention:  # the Triton path reads rotary tables by position
@@ -139,6 +144,9 @@ class ModelRunner:
             step.idle = torch.zeros(b, dtype=torch.long, device=self.device)
         if any(r.t_first_block is None for r in rows):
             step.low = torch.ones(b, device=self.device)
+        if self.predict_masked:
+            bound = [masks_bound(r) for r in rows]
+            step.bound = None if None in bound else bound
         return step
 
     @torch.inference_mode()
@@ -160,11 +168,17 @@ class ModelRunner:
             ids = self._view(self.seq, plan.ids_view, row=True)
         else:
             ids = self.seq[plan.slot_col, plan.gather_pos]  # [B, L]
-        logits = self._forward(ids, plan)  # [B, W, V]
-
         wpos = plan.wpos  # [B, W] absolute position of each window slot
         cur = ids[:, L - W:]
         maskable = (cur == self.mask_id) & plan.in_block
+        select = None  # [B, K]: the window slots predicted, all the maskable ones among them
+        if block.bound is not None:
+            k = max(1, max(block.bound))
+            if k < W:
+                select = maskable.to(torch.uint8).topk(k, dim=-1, sorted=False).indices
+            block.bound = [masks_after(r, m) for r, m in zip(rows, block.bound, strict=True)]
+        logits, select = self._forward(ids, plan, select)  # [B, W or K, V]
+
         # schema-constrained rows (tool calls, response_format): logit masks, blocked commits
         faults: dict[int, BaseException] = {}
         logits, maskable = constrain_pass(rows, logits, wpos, cur, maskable, self.mask_id,
@@ -175,6 +189,12 @@ class ModelRunner:
             [self.generators.get(r.slot) for r in rows],
             need_entropy=bool(NEEDS_ENTROPY.intersection(names)), full_vocab=plan.full_vocab,
             full_vocab_all=plan.full_vocab_all)
+        if select is not None:  # back to window slots; the others are not maskable
+            pred = cur.scatter(1, select, pred)
+            conf = torch.zeros(cur.shape, dtype=conf.dtype, device=conf.device).scatter_(
+                1, select, conf)
+            if entropy is not None:
+                entropy = torch.zeros_like(conf).scatter_(1, select, entropy)
         if plan.first_token_rows is not None and len(rows) == 1:  # the one row's policy
             commit = maskable & plan.slot0  # does not decide this pass (see below)
         else:
@@ -255,21 +275,24 @@ class ModelRunner:
         after_pass(self, pending.rows, step.window_start, step.tokens, pending.faults)
         return step
 
-    def _forward(self, ids: torch.Tensor, plan) -> torch.Tensor:
-        """The pass's window logits [B, W, V]; the one place that chooses how the model runs.
-        A fixed shape where one fits (engine.cuda_graphs: a CUDA graph replayed, or with
-        static_shapes on the CPU the same padded call run eagerly), else eager with the pass's
-        AttnPlan. Both end in DiffusionLM.forward_step."""
+    def _forward(self, ids: torch.Tensor, plan, select: torch.Tensor | None = None):
+        """The pass's window logits; the one place that chooses how the model runs. A fixed
+        shape where one fits (engine.cuda_graphs: a CUDA graph replayed, or with static_shapes
+        on the CPU the same padded call run eagerly), else eager with the pass's AttnPlan. Both
+        end in DiffusionLM.forward_step. -> (logits, select): [B, K, V] for the window slots
+        `select` [B, K] (eager only), else [B, W, V] and None."""
         static = self.static
         if static is not None and (plan.write_pos is None
                                    or plan.L <= static.max_write_length(plan.W)):
             logits = static(ids, plan.positions, plan.key_valid, plan.slots, plan.visible,
                             plan.cache_len_max, plan.logits_start, plan.write_pos)
             if logits is not None:
-                return logits[:, :plan.W]
-        return self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv, plan.slots,
-                                       plan.visible, plan.cache_len_max, plan.write_pos,
-                                       plan.logits_start, plan=plan.attn)[:, :plan.W]
+                return logits[:, :plan.W], None
+        logits = self.model.forward_step(ids, plan.positions, plan.key_valid, self.kv,
+                                         plan.slots, plan.visible, plan.cache_len_max,
+                                         plan.write_pos, plan.logits_start, plan=plan.attn,
+                                         select=select)
+        return (logits, select) if select is not None else (logits[:, :plan.W], None)
 
     def _view(self, t: torch.Tensor, where: tuple[int, int, int], row: bool = False):
         """t[slot, lo:hi] ([1, hi - lo] with `row`): a view, made once per distinct slice."""

@@ -110,6 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                         help="queue a block step before the previous one is read "
                              "(EngineConfig.overlap; auto = on a CUDA device only)")
+    parser.add_argument("--predict-masked", choices=["on", "off"], default="on",
+                        help="predict only the window slots a pass may commit "
+                             "(EngineConfig.predict_masked)")
     parser.add_argument("--host-batches", type=_ints, default=[1, 16],
                         help="concurrency levels of the host profile (empty: none)")
     parser.add_argument("--aten-ops-preset", default="qwen2.5-1.5b",
@@ -120,6 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="decode path(s) counted: torch (what a CPU runs) and/or triton "
                              "(the GPU's fused kernels, under Triton's CPU interpreter: slow; "
                              "its fields end in _triton)")
+
+
+def _knobs(args: argparse.Namespace) -> dict:
+    """The EngineConfig fields the bench's flags set (both of its engines)."""
+    return dict(block_step_passes=args.block_step_passes, worker_threads=args.worker_threads,
+                overlap=OVERLAP[args.overlap], predict_masked=args.predict_masked == "on")
 
 
 def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int,
@@ -267,9 +276,7 @@ def host_fields(loaded: LoadedModel, chats, params: SamplingParams, args, max_ct
         top = max(args.host_batches)
         engine = Engine(loaded, EngineConfig(max_running=top, max_seq_len=max_ctx,
                                              enforce_eager=True, max_queued=4 * top + 64,
-                                             block_step_passes=args.block_step_passes,
-                                             worker_threads=args.worker_threads,
-                                             overlap=OVERLAP[args.overlap]))
+                                             **_knobs(args)))
         try:
             profiles = {}
             for b in sorted(set(args.host_batches)):
@@ -329,9 +336,7 @@ def run(args: argparse.Namespace) -> int:
     for mode, eager in modes:
         engine = Engine(loaded, EngineConfig(max_running=max(batches), max_seq_len=max_ctx,
                                              enforce_eager=eager, max_queued=4 * args.prompts,
-                                             block_step_passes=args.block_step_passes,
-                                             worker_threads=args.worker_threads,
-                                             overlap=OVERLAP[args.overlap]))
+                                             **_knobs(args)))
         try:
             per_batch, warmup = {}, {}
             for b in batches:

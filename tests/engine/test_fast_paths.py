@@ -108,9 +108,9 @@ def test_every_pass_runs_the_one_forward_eager_or_fixed_shape(family, monkeypatc
     passes: list[int] = []
     forward = DiffusionLM.forward_step
 
-    def counted(self, *args, plan=None):
+    def counted(self, *args, plan=None, **kw):
         calls.append(plan is not None)
-        return forward(self, *args, plan=plan)
+        return forward(self, *args, plan=plan, **kw)
 
     monkeypatch.setattr(DiffusionLM, "forward_step", counted)
     for static in (False, True):

@@ -104,6 +104,16 @@ def test_fused_forward_matches_the_torch_forward(monkeypatch, family, logits_sta
     # per layer: two norms and one rotary; then the final norm (with the last residual add)
     assert launches.count("rmsnorm") == 2 * cfg.num_layers + 1
     assert launches.count("rotary") == cfg.num_layers
+    # prediction for chosen window slots alone (EngineConfig.predict_masked): their rows of the
+    # whole window's logits, on both paths
+    select = torch.stack([torch.randperm(n - logits_start, device=DEVICE)[:3] for _ in range(b)])
+    for backend in ("torch", "triton"):
+        monkeypatch.setenv(ENV_VAR, backend)
+        kv = [(k.clone(), v.clone()) for k, v in pools]
+        part = model.forward_step(ids, positions, key_valid, kv, slots, cache_lens,
+                                  int(cache_lens.max()), write_pos, logits_start, select=select)
+        torch.testing.assert_close(part, out[backend].take_along_dim(select[..., None], 1),
+                                   rtol=1e-4, atol=1e-4)
 
 
 def test_rope_tables_cover_the_canvas_and_match_the_per_pass_tables():
