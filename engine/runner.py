@@ -29,6 +29,12 @@ from diffvoice.engine.rowbatch import row_key, row_pass
 from diffvoice.engine.sampling import predict
 from diffvoice.engine.sequence import Sequence
 
+# EngineConfig.predict_masked from this batch size up: a lone row's pass costs its ops, not its
+# rows, so picking slots only adds work there (docs/perf.md, "Prediction over the committable
+# slots": 0.997-1.095x the whole window's time at batch 1, 0.84-0.98x at batch 16 for models
+# whose head is not tiny)
+MASKED_MIN_BATCH = 2
+
 
 @dataclass
 class StepOutput:
@@ -144,7 +150,7 @@ class ModelRunner:
             step.idle = torch.zeros(b, dtype=torch.long, device=self.device)
         if any(r.t_first_block is None for r in rows):
             step.low = torch.ones(b, device=self.device)
-        if self.predict_masked:
+        if self.predict_masked and b >= MASKED_MIN_BATCH:
             bound = [masks_bound(r) for r in rows]
             step.bound = None if None in bound else bound
         return step

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 import torch
 
-from diffvoice.engine import Engine, EngineConfig, SamplingParams
+from diffvoice.engine import Engine, EngineConfig, SamplingParams, runner
 from diffvoice.engine.model import DiffusionLM
 from diffvoice.engine.runner import ModelRunner
 from diffvoice.engine.testing import make_random_checkpoint, random_config
@@ -87,7 +87,9 @@ def _decode(path, params, concurrent: bool, **config):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("concurrent", [False, True], ids=["batch1", "batch6"])
 def test_masked_prediction_decodes_what_whole_window_prediction_decodes(checkpoints, family,
-                                                                        concurrent):
+                                                                        concurrent, monkeypatch):
+    # (a lone row too, which the engine itself leaves to whole-window prediction)
+    monkeypatch.setattr(runner, "MASKED_MIN_BATCH", 1)
     partial = 0
     for params in FAST:
         whole, off = _decode(checkpoints[family], params, concurrent, predict_masked=False)
@@ -100,7 +102,10 @@ def test_masked_prediction_decodes_what_whole_window_prediction_decodes(checkpoi
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
-def test_rows_without_a_bound_predict_the_whole_window(checkpoints, family):
+def test_rows_without_a_bound_predict_the_whole_window(checkpoints, family, monkeypatch):
+    _, lone = _decode(checkpoints[family], FAST[0], False)  # batch 1: runner.MASKED_MIN_BATCH
+    assert lone.partial == 0 and lone.whole > 0
+    monkeypatch.setattr(runner, "MASKED_MIN_BATCH", 1)
     for params in WHOLE:
         got, probe = _decode(checkpoints[family], params, False)
         assert probe.partial == 0 and probe.whole > 0, params
