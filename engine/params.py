@@ -152,7 +152,9 @@ class EngineConfig:
                   attention and MLP, the head and the softmax run for those rows alone. For
                   greedy fast-decoding rows on the eager path (not sampled, schema-constrained
                   or reference-decoded rows, nor a fixed-shape / CUDA-graph pass: those predict
-                  the whole window). Off: every pass predicts the whole window.
+                  the whole window), in batches of 2 rows or more (runner.MASKED_MIN_BATCH: a
+                  lone row gains nothing, docs/perf.md). Off: every pass predicts the whole
+                  window.
     worker_threads: torch's intra-op threads on the engine's worker thread (torch.set_num_threads
                   there; it is per thread). None = 1 on a CPU device, where a second OpenMP team
                   beside the main thread's made every small op 16-19x slower on the 2-core
