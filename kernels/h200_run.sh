@@ -20,6 +20,9 @@
 #            GPU, same settings, same machine
 #   nolap    the `fast` run without overlap (--overlap off; on CUDA the engine queues a block step
 #            before reading the one before it): what overlap changes, same settings
+#   whole    the `fast` run predicting the whole window (--predict-masked off): what predicting
+#            only the committable slots changes in its eager mode (graph passes always predict
+#            the whole window), same settings
 #   recept   `diffvoice bench engine --model models/receptionist-tiny` on CUDA, graphs vs eager
 #   profile  python -m diffvoice.latency_bench.engine_profile: host against device time per pass
 # ONLY="fast recept" runs just those steps.
@@ -90,6 +93,9 @@ step passes 100 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_c
 step nolap 100 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
     --steps-per-block 2 --answer-tokens 32 --overlap off --aten-ops-preset none \
     --out "$RES/perf/engine-fast-no-overlap.json"
+step whole 100 "${ENGINE_BENCH[@]}" "${FAST[@]}" --decoding fast --policy low_confidence \
+    --steps-per-block 2 --answer-tokens 32 --predict-masked off --aten-ops-preset none \
+    --out "$RES/perf/engine-fast-whole-window.json"
 step recept 60 "${ENGINE_BENCH[@]}" --model models/receptionist-tiny \
     --policy threshold --stop-at-eos --answer-tokens 48 \
     --prompts-file docs/latency/receptionist-questions.txt "${RECEPT[@]}" \
