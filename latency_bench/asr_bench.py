@@ -29,18 +29,17 @@ subset is fixed by `--seed`. WAVs are cached under `--cache` (same keys as the v
 corpus cache, so pointing it there reuses its files).
 
 `--rates 16000,8000`: every utterance is heard at each rate, one after the other. 16000 is the
-browser path (the 16 kHz prompt as is). 8000 is the phone path (`phone_path`): the prompt as the
-load generator's Twilio caller sends it (latency_bench.twilio_client: soxr down to 8 kHz,
-voice.telephony.mulaw.encode per 20 ms frame, as base64 Media Streams `media` messages), decoded
-by the server's own voice.telephony.media_stream.CallSerializer (mu-law by table, then pipecat's
-soxr stream resampler up to 16 kHz, no ingest limit); what each 20 ms message releases is fed
-at that message's time, as the server's pipeline gets it (`phone_ticks`: ~95 ms blocks every 4-5
-messages with pipecat's default "VHQ"; none with the server's "QQ"). `8000/VHQ` runs the phone
-path with another soxr quality. Speech bounds stay those of the 16 kHz prompt, so the phone
-path's latency includes the resampler's hold-back (17-110 ms with "VHQ"). Reports are keyed
-`<asr>` with one rate and `<asr>@<rate>` with several; each summary has `per_voice`
-(utterances, reference words, edits, corpus WER, split: "development" for espeak-ng,
-"hold-out" for Kokoro).
+browser path (the 16 kHz prompt as is). 8000 is the phone path (latency_bench.phone_path): the
+prompt as the load generator's Twilio caller sends it (latency_bench.twilio_client: soxr down to 8
+kHz, voice.telephony.mulaw.encode per 20 ms frame, as base64 Media Streams `media` messages),
+decoded by the server's own voice.telephony.media_stream.CallSerializer (mu-law by table, then
+pipecat's soxr stream resampler up to 16 kHz, no ingest limit); what each 20 ms message releases is
+fed at that message's time, as the server's pipeline gets it (`phone_ticks`: ~95 ms blocks every
+4-5 messages with pipecat's default "VHQ"; none with the server's "QQ"). `8000/VHQ` runs the phone
+path with another soxr quality. Speech bounds stay those of the 16 kHz prompt, so the phone path's
+latency includes the resampler's hold-back (17-110 ms with "VHQ"). Reports are keyed `<asr>` with
+one rate and `<asr>@<rate>` with several; each summary has `per_voice` (utterances, reference
+words, edits, corpus WER, split: "development" for espeak-ng, "hold-out" for Kokoro).
 
 Knows nothing about the engine or TTS. Nothing is downloaded.
 """
@@ -49,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import platform
@@ -61,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from diffvoice.latency_bench.phone_path import phone_ticks
 from diffvoice.latency_bench.wer import wer, word_edits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,67 +84,6 @@ def pick_texts(texts: list[str], tag: str, per_speaker: int, seed: int) -> list[
         return list(texts)
     chosen = set(random.Random(f"{seed}:{tag}").sample(range(len(texts)), per_speaker))
     return [t for i, t in enumerate(texts) if i in chosen]
-
-
-async def phone_path(pcm: np.ndarray, quality: str | None = None) -> np.ndarray:
-    """16 kHz int16 speech as the server hears it from a Twilio caller (`phone_ticks`), as one
-    array: about twice the 8 kHz samples, less what the resampler still holds (a call never
-    flushes it)."""
-    ticks = await phone_ticks(pcm, quality)
-    return np.concatenate(ticks) if ticks else np.zeros(0, np.int16)
-
-
-async def phone_ticks(pcm: np.ndarray, quality: str | None = None) -> list[np.ndarray]:
-    """16 kHz int16 speech as the server hears it from a Twilio caller: downsampled to 8 kHz and
-    mu-law encoded per 20 ms frame as latency_bench.twilio_client sends it, then decoded by
-    voice.telephony.media_stream.CallSerializer (mu-law table + pipecat's soxr stream resampler
-    to 16 kHz). One int16 array per 20 ms media message: the audio that message released to
-    the pipeline, often none (the VHQ stream resampler releases ~95 ms blocks every 4-5
-    messages, holding back 17-110 ms)."""
-    from pipecat.frames.frames import InputAudioRawFrame, StartFrame
-
-    from diffvoice.latency_bench.corpus import SAMPLE_RATE, Prompt
-    from diffvoice.latency_bench.twilio_client import FRAME_SAMPLES, _phone_audio
-    from diffvoice.voice.ingest_limit import IngestLimit
-    from diffvoice.voice.telephony import mulaw
-    from diffvoice.voice.telephony.media_stream import CallSerializer
-    from diffvoice.voice.telephony.playout import PlayoutTracker
-
-    pcm = np.asarray(pcm, dtype=np.int16)
-    prompt = Prompt(
-        name="phone", text=None, pcm=pcm, speech_start_s=0.0, speech_end_s=len(pcm) / SAMPLE_RATE
-    )
-    phone, _ = _phone_audio(prompt)
-    serializer = CallSerializer(
-        stream_sid="MZbench",
-        call_sid="CAbench",
-        tracker=PlayoutTracker(lambda _record: None),
-        on_stop=lambda: None,
-        ingest_limit=IngestLimit(rate=0),
-        **({"resampler_quality": quality} if quality else {}),
-    )
-    await serializer.setup(
-        StartFrame(audio_in_sample_rate=SAMPLE_RATE, audio_out_sample_rate=SAMPLE_RATE)
-    )
-    out: list[np.ndarray] = []
-    for k in range(len(phone) // FRAME_SAMPLES):
-        payload = mulaw.encode(phone[k * FRAME_SAMPLES : (k + 1) * FRAME_SAMPLES])
-        frame = await serializer.deserialize(
-            json.dumps(
-                {
-                    "event": "media",
-                    "streamSid": "MZbench",
-                    "media": {"payload": base64.b64encode(payload).decode("ascii")},
-                }
-            )
-        )
-        released = np.zeros(0, np.int16)
-        if isinstance(frame, InputAudioRawFrame):
-            if frame.sample_rate != SAMPLE_RATE:
-                raise RuntimeError(f"the serializer gave {frame.sample_rate} Hz audio")
-            released = np.frombuffer(frame.audio, dtype=np.int16)
-        out.append(released)
-    return out
 
 
 def split_of(speaker) -> str:

@@ -5,7 +5,7 @@
 
 For each quality, every utterance of the turn corpus (latency_bench.asr_bench's `--corpus turns`
 speakers and seeded subsets) goes through the phone path exactly as the server hears it
-(asr_bench.phone_ticks: the Twilio load client's 8 kHz mu-law, decoded by the server's own
+(phone_path.phone_ticks: the Twilio load client's 8 kHz mu-law, decoded by the server's own
 CallSerializer with that resampler quality) and reports:
 - `held_ms`: audio the stream resampler has been given but not yet released, sampled after every
   20 ms media message (median, p90, max over all messages): it delays everything downstream, the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from diffvoice.latency_bench import asr_bench
+from diffvoice.latency_bench import asr_bench, phone_path
 from diffvoice.latency_bench.wer import word_edits
 
 
@@ -38,7 +38,7 @@ async def measure(qualities: list[str], prompts, runner) -> dict:
         held, edits = [], {"development": [0, 0], "hold-out": [0, 0]}
         for speaker, prompt in prompts:
             heard = np.concatenate([prompt.pcm, np.zeros(8000, np.int16)])
-            ticks = await asr_bench.phone_ticks(heard, quality)
+            ticks = await phone_path.phone_ticks(heard, quality)
             released = np.cumsum([len(t) for t in ticks])
             held += list((np.arange(1, len(ticks) + 1) * 320 - released) / 16.0)
             audio = np.concatenate(ticks).astype(np.float32) / 32768.0

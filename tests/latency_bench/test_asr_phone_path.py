@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from diffvoice.latency_bench import asr_bench
+from diffvoice.latency_bench import asr_bench, phone_path
 from diffvoice.latency_bench.corpus import RECEPTIONIST_PROMPTS, SLOT_DIALOGUES
 
 
@@ -18,7 +18,7 @@ def test_phone_path_returns_16k_audio_of_the_input_length_less_the_filter_delay(
     n = 16000 * 2 + 123  # not a whole number of 20 ms frames
     t = np.arange(n) / 16000
     tone = (np.sin(2 * np.pi * 440 * t) * 8000).astype(np.int16)
-    out = asyncio.run(asr_bench.phone_path(tone))
+    out = asyncio.run(phone_path.phone_path(tone))
     assert out.dtype == np.int16
     frames_8k = -(-n // 2 // 160)  # the client pads to whole 160-sample (20 ms) frames
     # 2 output samples per 8 kHz sample, less what pipecat's soxr stream resampler still holds
@@ -34,7 +34,7 @@ def test_phone_path_returns_16k_audio_of_the_input_length_less_the_filter_delay(
 def test_phone_ticks_are_what_each_20ms_message_releases():
     n = 16000 * 2
     noise = (np.random.default_rng(0).standard_normal(n) * 1000).astype(np.int16)
-    ticks = asyncio.run(asr_bench.phone_ticks(noise))
+    ticks = asyncio.run(phone_path.phone_ticks(noise))
     assert len(ticks) == n // 320  # one per 160-byte media message
     released = np.cumsum([len(t) for t in ticks])
     held = np.arange(1, len(ticks) + 1) * 320 - released
@@ -42,7 +42,7 @@ def test_phone_ticks_are_what_each_20ms_message_releases():
     # audio at once: never more than 1 ms held back, so the VAD hears the caller stop in time
     assert held.min() >= 0 and held.max() <= 16, (held.min(), held.max())
     # (soxr's output can differ by 1 LSB from one run to the next)
-    again = asyncio.run(asr_bench.phone_path(noise))
+    again = asyncio.run(phone_path.phone_path(noise))
     assert len(again) == released[-1]
     assert np.abs(np.concatenate(ticks).astype(int) - again).max() <= 2
 
@@ -52,7 +52,7 @@ def test_pipecats_default_resampler_holds_back_whole_blocks_of_a_call():
     blocks every 4-5 messages, holding back up to ~110 ms of the caller's audio."""
     n = 16000 * 2
     noise = (np.random.default_rng(0).standard_normal(n) * 1000).astype(np.int16)
-    ticks = asyncio.run(asr_bench.phone_ticks(noise, "VHQ"))
+    ticks = asyncio.run(phone_path.phone_ticks(noise, "VHQ"))
     held = np.arange(1, len(ticks) + 1) * 320 - np.cumsum([len(t) for t in ticks])
     assert min(len(t) for t in ticks) == 0 and held.min() >= 0
     assert 800 <= np.median(held[10:]) and held.max() <= 1800
@@ -62,7 +62,7 @@ def test_phone_path_drops_what_a_phone_line_cannot_carry():
     n = 16000
     t = np.arange(n) / 16000
     high = (np.sin(2 * np.pi * 6000 * t) * 8000).astype(np.int16)  # above 4 kHz Nyquist
-    out = asyncio.run(asr_bench.phone_path(high))
+    out = asyncio.run(phone_path.phone_path(high))
     assert np.sqrt(np.mean(out[2000:-2000].astype(float) ** 2)) < 100  # mu-law noise floor
 
 
@@ -119,7 +119,7 @@ def test_an_espeak_question_through_the_phone_path():
     audio, rate = Synth().speak(Speaker("espeak", "en-us", 175), text)
     prompt = to_prompt("q", text, audio, rate, lead_silence_s=0.3)
     heard = np.concatenate([prompt.pcm, np.zeros(16000, np.int16)])
-    ticks = asyncio.run(asr_bench.phone_ticks(heard))  # as the server releases it
+    ticks = asyncio.run(phone_path.phone_ticks(heard))  # as the server releases it
     phone = np.concatenate(ticks)
     assert len(heard) - 16 <= len(phone) <= len(heard) + 320  # nothing held back
 
