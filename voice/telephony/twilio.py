@@ -46,22 +46,14 @@ warning is logged when the router is made).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
-from diffvoice.agent.owner import phone_owner
-from diffvoice.voice import malloc_tune
-from diffvoice.voice.call_limits import CallWatchdog
 from diffvoice.voice.telephony import signature, twiml
 from diffvoice.voice.telephony.admission import (
     PhoneAdmission,
@@ -76,18 +68,12 @@ from diffvoice.voice.telephony.config import (
     startup_warnings,
 )
 from diffvoice.voice.telephony.handshake import (
-    CLOSE_INVALID_PAYLOAD,
     CLOSE_POLICY,
     HandshakeError,
     StreamHandshake,
     StreamStart,
 )
-from diffvoice.voice.telephony.media_stream import (
-    TWILIO_SAMPLE_RATE,
-    CallSerializer,
-    TwilioMediaStreamTransport,
-)
-from diffvoice.voice.telephony.playout import PlayoutTracker
+from diffvoice.voice.telephony.twilio_call import ActiveCalls, CallLimits, log_writer, run_call
 
 logger = logging.getLogger(__name__)
 
@@ -99,22 +85,6 @@ STATUS_FIELDS = (
     "CallbackSource", "StreamSid", "StreamName", "StreamEvent", "StreamError", "ErrorCode",
     "AccountSid",
 )  # fmt: skip
-_PLAYOUT_FIELDS = (
-    "turn", "session_id", "interrupted", "vad_stop_t", "first_audio_sent_t", "server_ms",
-    "first_chunk_written_t", "first_audio_heard_t", "playout_ms", "heard_ms", "playout",
-    "call_sid", "stream_sid",
-)  # fmt: skip
-_log_lock = threading.Lock()
-
-
-def _log_writer(state, path: str | None) -> Callable[[dict], None]:
-    """Writes to the server's shared LatencyLog when it is the same file, else appends."""
-    shared = getattr(state, "latency_log", None)
-    if path and shared is not None and str(getattr(shared, "path", "")) == str(path):
-        return shared.write
-    return lambda record: append_jsonl(path, record)
-
-
 def _at_capacity(state) -> bool:
     limit = getattr(state.config, "max_sessions", None)
     if limit is None:
@@ -123,38 +93,6 @@ def _at_capacity(state) -> bool:
         return state.sessions_open() >= limit
     active = getattr(state, "active_sessions", None)
     return active is not None and len(active) >= limit
-
-
-def append_jsonl(path: str | None, record: dict) -> None:
-    if not path:
-        return
-    line = json.dumps(record, separators=(",", ":")) + "\n"
-    try:
-        with _log_lock, open(path, "a", encoding="utf-8") as f:
-            f.write(line)
-    except OSError as e:
-        logger.warning("cannot append to %s: %s", path, e)
-
-
-@dataclass
-class Call:
-    call_sid: str
-    stream_sid: str
-    session_id: str
-    started_t: float
-    worker: object = None
-    stopped_by_twilio: bool = False
-
-
-@dataclass
-class ActiveCalls:
-    """Calls whose pipeline is running, by CallSid."""
-
-    calls: dict[str, Call] = field(default_factory=dict)
-    finished: int = 0
-
-    def __len__(self) -> int:
-        return len(self.calls)
 
 
 def _webhook_url(cfg: TelephonyConfig, request: Request) -> str:
@@ -222,7 +160,7 @@ def make_router(
 ) -> APIRouter:
     """See the module docstring. ``build_pipeline`` defaults to voice.pipeline.build_pipeline."""
     cfg = TelephonyConfig.from_serve_config(state.config)
-    limits = _CallLimits.from_config(state.config)
+    limits = CallLimits.from_config(state.config)
     for warning in startup_warnings(cfg):
         logger.warning("!!! %s", warning)
     calls = calls if calls is not None else ActiveCalls()
@@ -231,7 +169,7 @@ def make_router(
     router = APIRouter()
     router.calls = calls  # type: ignore[attr-defined]  # for the server's /healthz and tests
     router.phones = phones  # type: ignore[attr-defined]
-    status_log = _log_writer(state, cfg.status_callback_log)
+    status_log = log_writer(state, cfg.status_callback_log)
 
     @router.post(VOICE_PATH)
     async def voice_webhook(request: Request) -> Response:
@@ -300,7 +238,7 @@ def make_router(
             await ws.close(code=refusal[0], reason=refusal[1])
             return
         try:
-            await _run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
+            await run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
         finally:
             phones.release()
 
@@ -324,149 +262,3 @@ def _refusal(cfg: TelephonyConfig, phones, start: StreamStart) -> tuple[int, str
     if not phones.acquire():
         return CLOSE_TRY_AGAIN_LATER, "phone lines busy"
     return None
-
-
-@dataclass(frozen=True)
-class _CallLimits:
-    handshake_timeout_s: float = 10.0
-    idle_timeout_s: float = 30.0
-    max_call_s: float = 3600.0
-
-    @classmethod
-    def from_config(cls, config) -> _CallLimits:
-        return cls(**{f: float(getattr(config, f, d)) for f, d in (
-            ("handshake_timeout_s", 10.0), ("idle_timeout_s", 30.0), ("max_call_s", 3600.0))})
-
-
-async def _run_call(
-    state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log,
-    limits: _CallLimits | None = None,
-) -> None:
-    from pipecat.pipeline.runner import WorkerRunner
-
-    if build_pipeline is None:
-        from diffvoice.voice.pipeline import build_pipeline
-
-    call = Call(start.call_sid, start.stream_sid, f"twilio-{uuid.uuid4().hex[:12]}", time.time())
-    extra = {"transport": "twilio", "call_sid": call.call_sid, "stream_sid": call.stream_sid}
-
-    latency_log = _log_writer(state, cfg.latency_log)
-
-    def emit(record: dict) -> None:
-        playout = {k: record.get(k) for k in _PLAYOUT_FIELDS}
-        try:
-            latency_log({"type": "telephony.playout", **playout})
-        except Exception as e:  # a full disk must not end the call
-            logger.warning("twilio %s: playout log write failed: %r", call.call_sid, e)
-
-    tracker = PlayoutTracker(emit, wait_for_echo_s=cfg.wait_for_echo_s, extra_fields=extra)
-    cancel_tasks: list[asyncio.Task] = []
-
-    pipeline_started = asyncio.Event()
-
-    async def cancel_when_started(reason: str) -> None:
-        # cancelling mid-start would orphan tasks processors create in start() (the STT's
-        # segment task: "Task was destroyed but it is pending")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(pipeline_started.wait(), 30)
-        await call.worker.cancel(reason=reason)
-
-    def end_call(reason: str) -> None:
-        if call.worker is not None and not cancel_tasks:
-            logger.info("twilio %s: ending pipeline (%s)", call.call_sid, reason)
-            cancel_tasks.append(asyncio.create_task(cancel_when_started(reason)))
-
-    def on_stop() -> None:
-        call.stopped_by_twilio = True
-        end_call("twilio stop")
-
-    serializer = CallSerializer(
-        stream_sid=start.stream_sid,
-        call_sid=start.call_sid,
-        tracker=tracker,
-        on_stop=on_stop,
-        account_sid=start.account_sid or cfg.twilio_account_sid,
-        auth_token=cfg.twilio_auth_token,
-    )
-    limits = limits or _CallLimits()
-
-    async def expire(reason: str) -> None:
-        # idle_timeout / max_duration / malformed_messages: say why, then end this call only
-        logger.warning("twilio %s: closing stream: %s", call.call_sid, reason)
-        end_call(reason)
-        code = CLOSE_INVALID_PAYLOAD if reason == "malformed_messages" else CLOSE_POLICY
-        with contextlib.suppress(Exception):
-            await ws.close(code=code, reason=reason)
-
-    watchdog = CallWatchdog(limits.idle_timeout_s, limits.max_call_s, expire)
-    serializer.on_media = watchdog.touch
-    serializer.on_malformed_limit = lambda: asyncio.create_task(expire("malformed_messages"))
-    transport = TwilioMediaStreamTransport(ws, serializer=serializer, tracker=tracker)
-    _, worker = build_pipeline(
-        state,
-        transport,
-        session_id=call.session_id,
-        # The pipeline's output runs at Twilio's 8 kHz, so the output transport resamples the
-        # TTS audio *before* cutting it into 20 ms chunks: every media message carries 20 ms
-        # (160 mu-law bytes). Resampling after chunking (in the serializer) made soxr's
-        # streaming resampler emit ~95-150 ms bursts instead.
-        audio_out_sample_rate=TWILIO_SAMPLE_RATE,
-        on_latency=lambda record: tracker.on_latency(record, time.time()),
-        # bookings belong to the caller's number (bound to the stream token with the CallSid)
-        caller=phone_owner(start.custom_parameters.get("From"), start.call_sid),
-    )
-    call.worker = worker
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(_worker, _frame):
-        pipeline_started.set()
-
-    @transport.event_handler("on_client_connected")
-    async def _on_connected(_transport, _ws):
-        # the pipeline is up and reading: the idle clock starts now, not while it was built
-        watchdog.touch()
-        watchdog.start()
-
-    @transport.event_handler("on_client_disconnected")
-    async def _on_disconnected(_transport, _ws):
-        end_call("socket closed")
-
-    calls.calls[call.call_sid] = call
-    sessions = getattr(state, "active_sessions", None)
-    metrics = getattr(state, "metrics", None)
-    if sessions is not None:
-        sessions.add(call.session_id)
-    if metrics is not None:
-        metrics.session_opened()
-    logger.info("twilio %s: call started (%s)", call.call_sid, call.session_id)
-    status_log({"type": "twilio.stream", "t": time.time(), "event": "start", **extra})
-    try:
-        runner = WorkerRunner(handle_sigint=False)
-        await runner.add_workers(worker)
-        await runner.run()
-    finally:
-        await watchdog.stop()
-        for task in cancel_tasks:
-            await asyncio.gather(task, return_exceptions=True)
-        turn_tracker = getattr(worker, "diffvoice_tracker", None)
-        if turn_tracker is not None:
-            # Flushes a turn that never produced audio, so its record is still written.
-            try:
-                await turn_tracker.close()
-            except Exception as e:
-                logger.warning("twilio %s: closing the turn tracker failed: %r", call.call_sid, e)
-        tracker.close(time.time())
-        calls.calls.pop(call.call_sid, None)
-        if sessions is not None:
-            sessions.discard(call.session_id)
-        if metrics is not None:
-            metrics.session_closed()
-        if getattr(state.config, "malloc_arena_max", 0):
-            malloc_tune.trim_soon()  # the call's native buffers back to the OS
-        calls.finished += 1
-        duration = round(time.time() - call.started_t, 3)
-        end = {"type": "twilio.stream", "t": time.time(), "event": "end", "duration_s": duration}
-        end["closed_by_server"] = watchdog.expired or (
-            "malformed_messages" if serializer.malformed_limit_hit else None)
-        status_log({**end, "stopped_by_twilio": call.stopped_by_twilio, **extra})
-        logger.info("twilio %s: call ended after %.1f s", call.call_sid, duration)
