@@ -3,11 +3,10 @@
 The per-client limits, keepalive and loop diagnostics fields live in its base class
 (voice.session_limits.SessionLimits); `--help` lists them first.
 
-Sources, lowest precedence first: field defaults < config file (YAML or JSON object, `--config`)
-< environment `DIFFVOICE_<FIELD>` (upper-case field name; `TWILIO_AUTH_TOKEN` also fills
-`twilio_auth_token`) < command-line flags. Flags map 1:1 onto fields (`--stop-secs` ->
-`stop_secs`) and are generated from the field metadata by `add_arguments`, so a new field is one
-line here.
+Sources, lowest precedence first: field defaults < config file < environment
+`DIFFVOICE_<FIELD>` < command-line flags, merged by voice.config_sources (`from_sources`). Flags
+map 1:1 onto fields (`--stop-secs` -> `stop_secs`) and are generated from the field metadata by
+`add_arguments`, so a new field is one line here.
 
 This module knows nothing about pipecat, the engine or sockets.
 """
@@ -15,18 +14,15 @@ This module knows nothing about pipecat, the engine or sockets.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from diffvoice.agent.owner import OWNER_RULES
 from diffvoice.agent.thresholds import CLARIFY_BELOW, INTENT_PROBABILITY, PARAPHRASE_SIMILARITY
 from diffvoice.engine.assets import default_model_dir, web_dir
+from diffvoice.voice import config_sources
 from diffvoice.voice.session_limits import SessionLimits, _help, _split_csv
 from diffvoice.voice.transport.protocol import STOP_SECS_RANGE
 
@@ -402,88 +398,9 @@ class ServeConfig(SessionLimits):
         config_file: str | os.PathLike | None = None,
     ) -> ServeConfig:
         """Merge defaults < config file < env < flags (flags the user did not pass are None)."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        config_file = config_file or (getattr(args, "config", None) if args else None)
-        if config_file:
-            values.update(_load_file(Path(config_file)))
-        for f in fields(cls):
-            raw = env.get(f"DIFFVOICE_{f.name.upper()}")
-            if raw is None and f.name == "twilio_auth_token":
-                raw = env.get("TWILIO_AUTH_TOKEN")
-            if raw is not None:
-                values[f.name] = _parse(f.name, _field_type(f), raw)
-        if args is not None:
-            for f in fields(cls):
-                value = getattr(args, f.name, None)
-                if value is not None:
-                    values[f.name] = value
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown config keys: {sorted(unknown)}")
-        for name, value in list(values.items()):
-            if isinstance(value, list):
-                values[name] = tuple(value)
-        return cls(**values)
+        return config_sources.from_sources(cls, args, env, config_file)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One kebab-case flag per ServeConfig field (+ --config). Unset flags stay None."""
-    parser.add_argument("--config", default=None, help="YAML or JSON file of ServeConfig fields")
-    for f in fields(ServeConfig):
-        flag = "--" + f.name.replace("_", "-")
-        kind = _field_type(f)
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-        help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
-        if kind is bool:
-            parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
-            )
-        elif kind is tuple:
-            parser.add_argument(flag, type=_split_csv, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, type=kind, default=None, help=help_text)
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _field_type(f) -> type:
-    hints = typing.get_type_hints(ServeConfig)
-    hint = hints[f.name]
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        origin = typing.get_origin(hint)
-    if origin is tuple:
-        return tuple
-    return hint
-
-
-def _parse(name: str, kind: type, raw: str) -> Any:
-    if kind is bool:
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off", ""):
-            return False
-        raise ValueError(f"DIFFVOICE_{name.upper()} must be a boolean, got {raw!r}")
-    if kind is tuple:
-        return _split_csv(raw)
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ValueError(f"DIFFVOICE_{name.upper()} must be {kind.__name__}, got {raw!r}") from None
-
-
-def _load_file(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        data = json.loads(text)
-    else:
-        import yaml
-
-        data = yaml.safe_load(text) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a mapping of ServeConfig fields")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    config_sources.add_field_arguments(parser, ServeConfig)
