@@ -33,8 +33,9 @@ _HELP = {
     "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
            "webhook http(s)://HOST/telephony/twilio/voice or a Media Streams ws(s):// URL. "
            "Default: start `diffvoice serve` on a free loopback port for the run",
-    "protocol": "browser wire protocol or Twilio Media Streams (only voice_to_voice_ms is "
-                "measurable over Twilio)",
+    "protocol": "browser wire protocol or Twilio Media Streams (over Twilio the client measures "
+                "voice_to_voice_ms; the server's stages come from its latency log, "
+                "--server-log)",
     "concurrency": "comma-separated numbers of concurrent sessions to sweep, e.g. 1,2,4,8",
     "turns": "turns (prompts) per session, at least",
     "min_turns": "turns per concurrency level, at least (sessions speak more turns at low "
@@ -60,6 +61,10 @@ _HELP = {
     "out": "report JSON path; .md, -cdf.png, -concurrency.png and .html are written beside it",
     "notes": "file with a paragraph to print under the summary table",
     "server_args": "extra flags for the spawned `diffvoice serve`, e.g. \"--asr pocketsphinx\"",
+    "server_log": "the server's JSON-lines latency log (`serve --latency-log`) to read each "
+                  "Twilio turn's server record from (transcript, reply, endpointing, answer "
+                  "ready), which Media Streams do not carry; a spawned server writes one "
+                  "itself. Only for a server on this machine (same clock)",
     "server_start_timeout_s": "seconds to wait for the spawned server's /healthz",
     "progress": "show a progress bar on stderr",
     "corpus": "generated prompts: receptionist (plain questions), paused (300-800 ms pauses "
@@ -215,6 +220,7 @@ def _run_voice(args: argparse.Namespace) -> int:
                   desc="bench voice", file=sys.stderr) as bar:
             return await run_sweep(config, url, prompts, bar)
 
+    spawned_log = None  # the spawned server's latency log (Twilio), read after the run
     try:
         if config.url is not None:
             url = config.url
@@ -230,9 +236,23 @@ def _run_voice(args: argparse.Namespace) -> int:
                 url = server.bench_url(config.protocol)
                 levels = asyncio.run(sweep(url))
                 health = server_health(url)
+            spawned_log = server.latency_log
+            if spawned_log is not None:
+                config = dataclasses.replace(config, server_log=str(spawned_log))
     except ServerStartError as exc:
         print(f"diffvoice bench voice: {exc}", file=sys.stderr)
         return 1
+    if config.protocol == "twilio" and config.server_log:
+        from diffvoice.latency_bench.server_records import attach_server_records
+
+        try:
+            attached = attach_server_records(levels, Path(config.server_log))
+        except OSError as exc:
+            print(f"diffvoice bench voice: cannot read --server-log: {exc}", file=sys.stderr)
+            return 1
+        print(f"server records: {attached} of {sum(len(lv.turns) for lv in levels)} turns")
+        if spawned_log is not None:
+            spawned_log.unlink(missing_ok=True)
     report = make_report(config, levels, url=url, corpus=corpus, command=_command_line(),
                          server=health, notes=notes)
     written = write_outputs(report, config.out)

@@ -93,6 +93,8 @@ class BenchConfig:
     out: str = "latency-report.json"
     notes: str | None = None                # file with a paragraph to print under the table
     server_args: str = ""                   # extra flags for the spawned `diffvoice serve`
+    server_log: str | None = None           # the server's JSON-lines latency log (Twilio:
+                                            # its turn records; a spawned server writes one)
     server_start_timeout_s: float = 600.0
     progress: bool = True
     corpus: str = "receptionist"            # receptionist / paused / mixed / turns

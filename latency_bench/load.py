@@ -212,8 +212,8 @@ def make_report(config: BenchConfig, levels: Sequence[LevelResult], *, url: str,
         # "machine"/"versions" above describe the load generator, not the server
         "server": {k: server[k] for k in ("machine", "versions") if server.get(k)} or None,
     }
-    if config.protocol == "twilio":
-        report_config["measured_stages"] = ["voice_to_voice_ms"]
+    if config.protocol == "twilio" and not any(t.server for lv in levels for t in lv.turns):
+        report_config["measured_stages"] = ["voice_to_voice_ms"]  # no server log was read
     per_level = {lv.level: [t.stages(shared) for t in lv.turns] for lv in levels}
     report = build_report(kind="voice", config=report_config,
                           points=[lv.point(shared, config.holdout_voices) for lv in levels],

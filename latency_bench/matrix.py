@@ -133,6 +133,7 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
     from diffvoice.latency_bench.markdown import sweep_table
     from diffvoice.latency_bench.outputs import write_outputs
     from diffvoice.latency_bench.server_proc import ServerStartError, bench_server, server_health
+    from diffvoice.latency_bench.server_records import attach_server_records
 
     if config.url is not None:
         print("diffvoice bench voice: --matrix starts its own servers; drop --url",
@@ -146,6 +147,7 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
               disable=not config.progress, desc="bench voice matrix", file=sys.stderr) as bar:
         for server_combo in servers:
             extra = " ".join(filter(None, (config.server_args, server_flags(server_combo))))
+            server = None
             try:
                 server, token = bench_server(config.protocol, extra,
                                              config.server_start_timeout_s,
@@ -161,6 +163,8 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
                                                                  twilio_auth_token=token)
                         bar.set_description(" ".join(f"{k}={v}" for k, v in combo.items()))
                         levels = asyncio.run(run_sweep(variant_config, url, prompts, bar))
+                        if server.latency_log is not None:  # Twilio: the turns' server records
+                            attach_server_records(levels, server.latency_log)
                         report = make_report(variant_config, levels, url=url, corpus=corpus,
                                              command=command, server=health, notes=notes)
                         variants.append(_variant(combo, report))
@@ -168,6 +172,9 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
                 print(f"diffvoice bench voice: {server_flags(server_combo)}: {exc}",
                       file=sys.stderr)
                 return 1
+            finally:
+                if server is not None and server.latency_log is not None:
+                    server.latency_log.unlink(missing_ok=True)
     report = combine(variants, axes)
     written = write_outputs(report, config.out)
     for v in variants:

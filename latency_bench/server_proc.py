@@ -55,6 +55,7 @@ class LocalServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
+        self.latency_log: Path | None = None  # the server's latency log, when the bench set it
         self._failed = False
 
     def ws_url(self, path: str) -> str:
@@ -128,6 +129,12 @@ def bench_server(protocol: str, extra_args: str | Sequence[str], start_timeout_s
     token = twilio_auth_token or secrets.token_hex(16)
     server = LocalServer(extra_args, start_timeout_s, {"TWILIO_AUTH_TOKEN": token})
     server.extra_args += ["--public-url", server.base_url]
+    if not any(a == "--latency-log" or a.startswith("--latency-log=") for a in server.extra_args):
+        # Media Streams carry audio only: the turns' server records come from this log
+        handle, name = tempfile.mkstemp(prefix="diffvoice-bench-latency-", suffix=".jsonl")
+        os.close(handle)
+        server.latency_log = Path(name)
+        server.extra_args += ["--latency-log", name]
     return server, token
 
 

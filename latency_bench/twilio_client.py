@@ -19,7 +19,8 @@ Twilio's part of a call against any server that speaks the Media Streams protoco
   silence has passed. Bot audio heard before the prompt's last speech marks that turn "error"
   and `premature_eot` (the server cut the caller off at a pause, as the browser client counts
   it); heard in the prompt's trailing silence it is the turn's answer. Only voice_to_voice is
-  measured this way (the server's stage timings do not travel over Media Streams).
+  measured this way (the server's stage timings do not travel over Media Streams; the bench
+  reads them from the server's latency log afterwards: latency_bench.server_records).
   `on_turn(TurnResult)` is called once per prompt, always; failures mark the current and
   remaining turns, as in the browser client.
 """
@@ -233,7 +234,7 @@ async def run_twilio_session(config: BenchConfig, url: str, session: int,
     results = [planned_turn(p, concurrency, session, i + 1) for i, p in enumerate(prompts)]
     reported = 0
     call_sid = "CA" + uuid.uuid4().hex
-    info: dict[str, Any] = {"call_sid": call_sid}
+    info: dict[str, Any] = {"session": session, "call_sid": call_sid}
     reader: asyncio.Task | None = None
     call: _Call | None = None
     try:

@@ -39,9 +39,12 @@ def server(tmp_path_factory):
     else:
         model = make_random_checkpoint(tmp_path_factory.mktemp("model"), family="sdar", seed=3)
     token = secrets.token_hex(8)
+    latency_log = tmp_path_factory.mktemp("log") / "latency.jsonl"
     local = LocalServer(["--model", str(model), "--max-new-tokens", "16", "--stop-secs",
-                         str(STOP_SECS), "--asr", "pocketsphinx", "--device", "cpu"],
+                         str(STOP_SECS), "--asr", "pocketsphinx", "--device", "cpu",
+                         "--latency-log", str(latency_log)],
                         start_timeout_s=300 * SCALE, env={"TWILIO_AUTH_TOKEN": token})
+    local.latency_log = latency_log
     local.extra_args += ["--public-url", local.base_url]
     with local:
         local.twilio_token = token
@@ -145,12 +148,17 @@ def test_cli_twilio_protocol_measures_voice_to_voice(server, tmp_path):
         "--twilio-auth-token", server.twilio_token, "--concurrency", "1", "--turns", "1",
         "--min-turns", "1", "--voices", "en-us", "--speeds", "175",
         "--corpus-cache", str(tmp_path / "corpus"), "--turn-timeout-s", str(90 * SCALE),
-        "--out", str(out), "--no-progress"])
+        "--out", str(out), "--no-progress", "--server-log", str(server.latency_log)])
     assert cli.run(args) == 0
     report = json.loads(out.read_text())
     point = report["sweep"][0]
     assert point["turns"] == 1 and point["errors"] == point["timeouts"] == 0, point
     assert point["stages"]["voice_to_voice_ms"]["count"] == 1
     assert point["stages"]["voice_to_voice_ms"]["p50"] > STOP_SECS * 1000
-    assert point["stages"]["asr_ms"]["count"] == 0          # not carried by Media Streams
+    # not carried by Media Streams: the turn's server record, read from the server's log
+    turn = report["turns"][0]
+    assert turn["server"]["session_id"].startswith("twilio-") and turn["transcript"], turn
+    assert point["stages"]["asr_ms"]["count"] == 1
+    assert 0 < point["stages"]["endpointing_ms"]["p50"] < point["stages"]["voice_to_voice_ms"][
+        "p50"]
     assert report["config"]["model"] and report["config"]["protocol"] == "twilio"
