@@ -65,6 +65,9 @@ _HELP = {
                   "Twilio turn's server record from (transcript, reply, endpointing, answer "
                   "ready), which Media Streams do not carry; a spawned server writes one "
                   "itself. Only for a server on this machine (same clock)",
+    "keep_server_logs": "keep the spawned server's output log and latency log after the run "
+                        "and print their paths (with --server-args \"--log-level DEBUG\": "
+                        "each turn's decisions, to read a slow turn's cause)",
     "server_start_timeout_s": "seconds to wait for the spawned server's /healthz",
     "progress": "show a progress bar on stderr",
     "corpus": "generated prompts: receptionist (plain questions), paused (300-800 ms pauses "
@@ -111,7 +114,7 @@ def _add_voice_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(BenchConfig):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
-        if f.name == "progress":
+        if f.name in ("progress", "keep_server_logs"):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
                                 help=_HELP[f.name])
             continue
@@ -220,7 +223,7 @@ def _run_voice(args: argparse.Namespace) -> int:
                   desc="bench voice", file=sys.stderr) as bar:
             return await run_sweep(config, url, prompts, bar)
 
-    spawned_log = None  # the spawned server's latency log (Twilio), read after the run
+    spawned_log = None  # the bench's own temp latency log (Twilio): removed once read
     try:
         if config.url is not None:
             url = config.url
@@ -236,9 +239,15 @@ def _run_voice(args: argparse.Namespace) -> int:
                 url = server.bench_url(config.protocol)
                 levels = asyncio.run(sweep(url))
                 health = server_health(url)
-            spawned_log = server.latency_log
-            if spawned_log is not None:
-                config = dataclasses.replace(config, server_log=str(spawned_log))
+                if config.keep_server_logs:
+                    server.keep_log()
+                    print(f"server log: {server.log_path}"
+                          + (f", latency log: {server.latency_log}" if server.latency_log
+                             else ""))
+            if server.owns_latency_log and not config.keep_server_logs:
+                spawned_log = server.latency_log
+            if server.latency_log is not None:
+                config = dataclasses.replace(config, server_log=str(server.latency_log))
     except ServerStartError as exc:
         print(f"diffvoice bench voice: {exc}", file=sys.stderr)
         return 1

@@ -96,6 +96,7 @@ class BenchConfig:
     server_log: str | None = None           # the server's JSON-lines latency log (Twilio:
                                             # its turn records; a spawned server writes one)
     server_start_timeout_s: float = 600.0
+    keep_server_logs: bool = False          # keep the spawned server's output and latency logs
     progress: bool = True
     corpus: str = "receptionist"            # receptionist / paused / mixed / turns
     kokoro_voices: tuple[str, ...] = ()     # Kokoro-82M voices added to a generated corpus

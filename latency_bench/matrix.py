@@ -173,7 +173,7 @@ def run_matrix(config: BenchConfig, prompts: Sequence[Prompt], corpus: dict[str,
                       file=sys.stderr)
                 return 1
             finally:
-                if server is not None and server.latency_log is not None:
+                if server is not None and server.owns_latency_log:
                     server.latency_log.unlink(missing_ok=True)
     report = combine(variants, axes)
     written = write_outputs(report, config.out)

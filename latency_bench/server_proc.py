@@ -55,7 +55,8 @@ class LocalServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
-        self.latency_log: Path | None = None  # the server's latency log, when the bench set it
+        self.latency_log: Path | None = None  # the server's latency log (Twilio runs)
+        self.owns_latency_log = False  # a temp file of the bench's: removed after reading
         self._failed = False
 
     def ws_url(self, path: str) -> str:
@@ -129,11 +130,20 @@ def bench_server(protocol: str, extra_args: str | Sequence[str], start_timeout_s
     token = twilio_auth_token or secrets.token_hex(16)
     server = LocalServer(extra_args, start_timeout_s, {"TWILIO_AUTH_TOKEN": token})
     server.extra_args += ["--public-url", server.base_url]
-    if not any(a == "--latency-log" or a.startswith("--latency-log=") for a in server.extra_args):
-        # Media Streams carry audio only: the turns' server records come from this log
+    # Media Streams carry audio only: the turns' server records come from the latency log,
+    # the one the server args name, else a temp file of the bench's own
+    args, given = server.extra_args, None
+    for i, a in enumerate(args):
+        if a == "--latency-log" and i + 1 < len(args):
+            given = args[i + 1]
+        elif a.startswith("--latency-log="):
+            given = a.split("=", 1)[1]
+    if given is not None:
+        server.latency_log = Path(given)
+    else:
         handle, name = tempfile.mkstemp(prefix="diffvoice-bench-latency-", suffix=".jsonl")
         os.close(handle)
-        server.latency_log = Path(name)
+        server.latency_log, server.owns_latency_log = Path(name), True
         server.extra_args += ["--latency-log", name]
     return server, token
 

@@ -67,3 +67,22 @@ def test_a_record_serves_one_turn_and_unknown_calls_get_none():
                _latency("s", 1, T0 + 1.1, "only")]
     assert attach_server_records([level], records) == 1
     assert [t.transcript for t in level.turns] == ["only", None, None]
+
+
+def test_a_spawned_twilio_server_writes_a_latency_log_unless_given_one():
+    from diffvoice.latency_bench.server_proc import bench_server
+
+    server, token = bench_server("twilio", "--asr pocketsphinx", 1.0)
+    try:
+        assert token and server.latency_log is not None
+        i = server.extra_args.index("--latency-log")
+        assert server.extra_args[i + 1] == str(server.latency_log)
+    finally:
+        server.latency_log.unlink(missing_ok=True)
+    assert server.owns_latency_log
+    for given in ("--latency-log /tmp/mine.jsonl", "--latency-log=/tmp/mine.jsonl"):
+        mine, _ = bench_server("twilio", given, 1.0)  # the server args' own log is read
+        assert str(mine.latency_log) == "/tmp/mine.jsonl" and not mine.owns_latency_log
+        assert sum(a.startswith("--latency-log") for a in mine.extra_args) == 1
+    browser, _ = bench_server("browser", "", 1.0)
+    assert browser.latency_log is None and "--latency-log" not in browser.extra_args
