@@ -71,11 +71,20 @@ class LocalServer:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    def command(self) -> list[str]:
+        """The server's command line: `diffvoice [--log-level L] serve --host --port <extra>`
+        (`--log-level` among the extra args is diffvoice's own option, moved before serve)."""
+        args, top = list(self.extra_args), []
+        if "--log-level" in args[:-1]:
+            i = args.index("--log-level")
+            top, args[i:i + 2] = args[i:i + 2], []
+        return [sys.executable, "-c", _LAUNCH, *top, "serve", "--host", "127.0.0.1",
+                "--port", str(self.port), *args]
+
     def __enter__(self) -> LocalServer:
         handle, name = tempfile.mkstemp(prefix="diffvoice-bench-server-", suffix=".log")
         self.log_path = Path(name)
-        command = [sys.executable, "-c", _LAUNCH, "serve", "--host", "127.0.0.1",
-                   "--port", str(self.port), *self.extra_args]
+        command = self.command()
         with os.fdopen(handle, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})

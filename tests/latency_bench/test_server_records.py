@@ -86,3 +86,12 @@ def test_a_spawned_twilio_server_writes_a_latency_log_unless_given_one():
         assert sum(a.startswith("--latency-log") for a in mine.extra_args) == 1
     browser, _ = bench_server("browser", "", 1.0)
     assert browser.latency_log is None and "--latency-log" not in browser.extra_args
+
+
+def test_a_log_level_in_the_server_args_goes_before_serve():
+    from diffvoice.latency_bench.server_proc import LocalServer
+
+    command = LocalServer("--asr pocketsphinx --log-level DEBUG --stop-secs 0.2").command()
+    serve = command.index("serve")
+    assert command[serve - 2:serve] == ["--log-level", "DEBUG"]
+    assert command[serve + 5:] == ["--asr", "pocketsphinx", "--stop-secs", "0.2"]
