@@ -31,8 +31,8 @@ from diffvoice.engine.sequence import Sequence
 
 # EngineConfig.predict_masked from this batch size up: a lone row's pass costs its ops, not its
 # rows, so picking slots only adds work there (docs/perf.md, "Prediction over the committable
-# slots": 0.997-1.095x the whole window's time at batch 1, 0.84-0.98x at batch 16 for models
-# whose head is not tiny)
+# slots", docs/perf-cpu-predict/same_pass.txt: 1.003-1.078x the whole window's time at batch
+# 1; 0.84-0.97x at batch 4 and 16 for the receptionist and the 10M model)
 MASKED_MIN_BATCH = 2
 
 
