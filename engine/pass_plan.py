@@ -14,10 +14,14 @@ tables made once (positions, rotary rows, the K/V pools) are re-sliced, and only
 positions and, on a pass whose queries span two blocks, the mask are computed. In steady-state
 decoding no one-row plan is built.
 
-Several rows: the plan is keyed by the rows' absolute geometry, built once per block and reused
-for its passes. (Keying batches by shape too, with the cached length rounded up to a power of
-two, was tried and reverted: attention over the padded length changed floating-point sums, so
-answers under concurrent load could change; docs/perf.md.)
+Several rows: the plan is kept under the rows' absolute geometry for the passes of a block. At
+a new geometry it is assembled: each row's window-relative masks are cached by the row's shape
+in the batch's window (`_row_part`) and stacked; the positions, rotary rows and the attention
+mask over the batch's exact cached length are computed. Only a row shape never seen before is a
+build; in steady state a batch is only assembled. (Keying whole batches by shape, with the
+cached length rounded up to a power of two, was tried and reverted: attention over the padded
+length changed floating-point sums, so answers under concurrent load could change;
+docs/perf.md. The assembled plan attends over the same length a fresh build does.)
 
     key = row_key(seq)                      # host ints / floats of one row (engine.rowbatch)
     plan = cache.get(keys)                  # PassPlan: tensors on the runner's device
@@ -176,11 +180,13 @@ class PlanCache:
         self.plans: OrderedDict[tuple, PassPlan] = OrderedDict()
         self.arange = torch.arange(max_seq_len + 1, device=device)
         self.torch_attention = uses_mask(device)
-        self.built = 0  # plans made (a new shape)
-        self.bound = 0  # plans re-anchored (a known shape at new positions)
+        self.built = 0  # plans made (a new shape; a batch: some row's)
+        self.bound = 0  # plans re-anchored or assembled (known shapes at new positions)
         cfg = model.config
         self.block = cfg.block_size if cfg.block_causal else 0
         self.windows: dict[tuple, tuple] = {}  # window-relative masks of batch-1 rows
+        # a batch row's window-relative masks by (W, L, its shape): PlanCache._row_part
+        self.row_parts: dict[tuple, tuple[torch.Tensor, ...]] = {}
         self.vectors: dict[tuple, torch.Tensor] = {}
         self.cos = self.sin = None
         self.dtype = next(model.parameters()).dtype
@@ -193,7 +199,7 @@ class PlanCache:
     def get(self, keys: tuple[RowKey, ...]) -> PassPlan:
         """The plan of this pass. One row: the cached plan of its shape, re-anchored to the
         row's positions (built when the shape is new). Several rows: the cached plan of exactly
-        this geometry (built when new; see the module docstring)."""
+        this geometry, else assembled from its rows' parts (see the module docstring)."""
         if len(keys) > 1:
             return self._get_batch(keys)
         shape, anchors = shape_key(keys, self.shift, self.block)
@@ -216,8 +222,11 @@ class PlanCache:
         if plan is not None:
             self.plans.move_to_end(keys)
             return plan
-        plan = self._build(keys, max(k.ints[INT["visible"]] for k in keys))
-        self.built += 1
+        plan, new = self._build(keys, max(k.ints[INT["visible"]] for k in keys))
+        if new:
+            self.built += 1
+        else:
+            self.bound += 1
         self._keep(keys, plan)
         return plan
 
@@ -228,68 +237,93 @@ class PlanCache:
             if len(self.plans) > self.max_entries:
                 self.plans.popitem(last=False)
 
-    def _build(self, keys: tuple[RowKey, ...], tc: int) -> PassPlan:
-        dev, shift, T = self.device, self.shift, self.T
+    def _build(self, keys: tuple[RowKey, ...], tc: int) -> tuple[PassPlan, bool]:
+        """A batch's plan -> (plan, whether a row part was new). Its window-relative parts
+        come per row from `_row_part` (cached by the row's shape in this batch's window), the
+        rest is computed from the rows' positions; the same tensors as computing every part
+        for the whole batch at once (each is row by row)."""
+        dev, T = self.device, self.T
+        (W, L, shapes), _ = shape_key(keys, self.shift, self.block)
         host = [k.ints for k in keys]
         h = lambda name: [row[INT[name]] for row in host]  # noqa: E731
-        W = max(e - s for e, s in zip(h("q_end"), h("q_start"), strict=True))
-        L = max(max(e - f for e, f in zip(h("q_end"), h("first"), strict=True)), W + shift)
+        new, lparts, wparts = False, [], []
+        for key, shape in zip(keys, shapes, strict=True):
+            part = self.row_parts.get((W, L, shape))
+            if part is None:
+                if len(self.row_parts) >= 4096:
+                    self.row_parts.clear()
+                part = self.row_parts[(W, L, shape)] = self._row_part(key.ints, W, L)
+                new = True
+            lparts.append(part[0])
+            wparts.append(part[1])
+        lrel, wrel = torch.stack(lparts), torch.stack(wparts)  # [B, 3, L], [B, 7, W]
+        valid, key_valid, store = lrel.unbind(1)
+        in_window, in_block, block, slot0, eos_zone, before_gen_end, counted = wrel.unbind(1)
         ints = to_device(host, torch.long, dev)
         c = lambda name: _col(ints, name)  # noqa: E731
-        slots, q_end, first, visible = c("slot"), c("q_end"), c("first"), c("visible")
-        rel = self.arange[:L] - L
-        raw = q_end[:, None] + rel[None]  # [B, L]
-        valid = raw >= first[:, None]
-        key_valid = valid & (raw >= visible[:, None])
-        write_pos = store = None
-        if any(h("writes")):
-            store = key_valid & c("writes").bool()[:, None] & (raw < c("q_start")[:, None])
-            write_pos = torch.where(store, raw, T)
+        slots, visible = c("slot"), c("visible")
+        raw = c("q_end")[:, None] + (self.arange[:L] - L)[None]  # [B, L] absolute positions
+        write_pos = torch.where(store, raw, T) if any(h("writes")) else None
         gather_pos = torch.where(valid, raw, T)
         positions = raw.clamp(min=0)
-        logits_start = L - W - shift
         attn = self._attn(positions, key_valid, visible, tc)
-
         wpos = raw[:, L - W:]
-        d_start, d_end = c("d_start")[:, None], c("d_end")[:, None]
-        in_block = (wpos >= d_start) & (wpos < d_end)
         names = sorted({k.policy for k in keys})
-        sdar = any(n.startswith("sdar_") for n in names)
-        block = (wpos >= c("block_start")[:, None]) & (wpos < d_end) if sdar else None
+        if not any(n.startswith("sdar_") for n in names):
+            block = None
         slot0 = first_token_rows = None
         if any(h("first_token")):
-            slot0 = wpos == d_start
+            slot0 = wrel[:, 3]
             first_token_rows = c("first_token").bool()[:, None]
-        stop = c("stop").bool()[:, None]
         eos_rows = [s and (f or e) for s, f, e in zip(h("stop"), h("final"), h("eos_fill"),
                                                        strict=True)]
-        eos_zone = (wpos >= c("prompt_len")[:, None]) & stop if any(eos_rows) else None
+        if not any(eos_rows):
+            eos_zone = None
         eos_fill_rows = c("eos_fill").bool()[:, None] if any(h("eos_fill")) else None
-        final = c("final").bool()[:, None]
         early = not_final = None
-        counted = in_block
         if any(h("final")):
-            before_gen_end = wpos < c("gen_end")[:, None]
-            # rows that ignore EOS: before_eos is all True, so this part is static
-            counted = in_block & ((before_gen_end & ~stop) | ~final | stop)
             if eos_zone is not None:
-                early, not_final = before_gen_end, ~final
-        in_window = wpos >= first[:, None]
+                early, not_final = before_gen_end, ~c("final").bool()[:, None]
+        else:
+            counted = in_block
         window_idx = torch.where(in_window, wpos, T)
         full_vocab = c("full_vocab").bool() if any(h("full_vocab")) else None
         policy_ids = to_device([k.policy_id for k in keys], torch.long, dev)
         floats = to_device([(k.threshold, k.entropy_bound) for k in keys], torch.float32, dev)
         return PassPlan(
-            W=W, L=L, shift=shift, slots=slots, slot_col=slots[:, None], positions=positions,
-            key_valid=key_valid, visible=visible, cache_len_max=tc,
-            gather_pos=gather_pos, write_pos=write_pos, logits_start=logits_start,
+            W=W, L=L, shift=self.shift, slots=slots, slot_col=slots[:, None],
+            positions=positions, key_valid=key_valid, visible=visible, cache_len_max=tc,
+            gather_pos=gather_pos, write_pos=write_pos, logits_start=L - W - self.shift,
             ids_view=None, attn=attn, window_start=[e - W for e in h("q_end")], wpos=wpos,
             in_block=in_block, block=block, slot0=slot0, first_token_rows=first_token_rows,
             eos_zone=eos_zone, eos_fill_rows=eos_fill_rows, counted=counted, early=early,
             not_final=not_final, window_write=None, window_idx=window_idx, names=names,
             policy_ids=policy_ids, threshold=floats[:, 0], entropy_bound=floats[:, 1],
             full_vocab=full_vocab, full_vocab_all=all(h("full_vocab")),
-            binding=Binding(store))
+            binding=Binding(store if write_pos is not None else None)), new
+
+    def _row_part(self, row: tuple[int, ...], W: int, L: int) -> tuple[torch.Tensor, ...]:
+        """One row's window-relative masks in a batch of window W fed L tokens: [3, L] (fed
+        tokens: in the canvas, keys it reads, K/V it stores) and [7, W] (window slots: written
+        back, in the decode block, in SDAR's aligned block, a v2 block's slot 0, in the answer
+        zone of a row that stops at EOS, before gen_end, still deciding the answer). They
+        depend on the row's offsets from its window only (`shape_key`), so rows of the same
+        shape share them in every block."""
+        g = lambda name: row[INT[name]]  # noqa: E731
+        raw = g("q_end") + self.arange[:L] - L  # [L] absolute positions at this row's anchor
+        valid = raw >= g("first")
+        key_valid = valid & (raw >= g("visible"))
+        store = key_valid & (raw < g("q_start")) & bool(g("writes"))
+        wpos = raw[L - W:]
+        in_block = (wpos >= g("d_start")) & (wpos < g("d_end"))
+        stop, final = bool(g("stop")), bool(g("final"))
+        before_gen_end = wpos < g("gen_end")
+        counted = in_block & ((before_gen_end & (not stop)) | (not final) | stop)
+        return (torch.stack((valid, key_valid, store)),
+                torch.stack((wpos >= g("first"), in_block,
+                             (wpos >= g("block_start")) & (wpos < g("d_end")),
+                             wpos == g("d_start"), (wpos >= g("prompt_len")) & stop,
+                             before_gen_end, counted)))
 
     def _attn(self, positions, key_valid, visible, tc: int) -> AttnPlan | None:
         """A batch > 1 plan's AttnPlan; None on the Triton backend (the kernel takes the

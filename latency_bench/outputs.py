@@ -46,10 +46,10 @@ def write_outputs(report: Mapping[str, Any], json_path: str | Path) -> dict[str,
         path.write_bytes(png)
         written[key] = path
         links[title] = path.name
-    md_path = stem.with_suffix(".md")
+    md_path = Path(f"{stem}.md")  # not with_suffix: "run-0.2.json" is "run-0.2.md"
     md_path.write_text(render_markdown(report, links), encoding="utf-8")
     written["md"] = md_path
-    html_path = stem.with_suffix(".html")
+    html_path = Path(f"{stem}.html")
     html_path.write_text(render_html(report, images), encoding="utf-8")
     written["html"] = html_path
     return written

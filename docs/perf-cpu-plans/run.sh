@@ -5,9 +5,10 @@
 #   plans_ab.py  the engine core on the tiny fixtures, fresh prompts (see its docstring)
 #   bench        `diffvoice bench engine` on the shipped receptionist as served (fast,
 #                low_confidence, 4 passes a block, 48 tokens, EOS), batch 1 and 16
-# Writes JSON beside this file.
+# Writes JSON beside this file, or into OUT (an existing directory).
 set -eu
-OUT=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=$(cd "${OUT:-$HERE}" && pwd)
 ROOT=$(pwd)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 BASE=${BASE:-d40200d}
@@ -25,7 +26,7 @@ for round in 1 2; do
         for policy in fixed threshold; do
             for batch in 1 16; do
                 for tree in base after; do
-                    run $tree "$OUT/plans_ab.py" $family $batch $policy \
+                    run $tree "$HERE/plans_ab.py" $family $batch $policy \
                         "$OUT/core-$family-$policy-b$batch-$tree-$round.json"
                 done
             done

@@ -104,3 +104,16 @@ def test_single_point_without_samples_skips_plots(tmp_path):
     assert set(written) == {"json", "md", "html"}
     assert not (tmp_path / "e-cdf.png").exists()
     assert "| ttft_ms | 3 | 2 | 2 |" in written["md"].read_text()
+
+
+def test_outputs_keep_every_dot_of_the_name(tmp_path):
+    """Two runs named by a setting ("-0.1", "-0.2") write four reports, none over another's."""
+    report = build_report(kind="engine", config={}, keep_samples=False, points=[
+        SweepPoint(concurrency=1, samples={"ttft_ms": [1.0, 2.0, 3.0]}, turns=3)])
+    for name in ("pause-0.1", "pause-0.2"):
+        written = write_outputs(report, tmp_path / f"{name}.json")
+        assert {written[k].name for k in ("json", "md", "html")} == \
+            {f"{name}.json", f"{name}.md", f"{name}.html"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "pause-0.1.html", "pause-0.1.json", "pause-0.1.md",
+        "pause-0.2.html", "pause-0.2.json", "pause-0.2.md"]
