@@ -103,6 +103,14 @@ class ServeConfig(SessionLimits):
             "stop_secs pause ends the turn; at most stop_secs"
         ),
     )
+    asr_idle_pause_secs: float = field(
+        default=0.1,
+        metadata=_help(
+            "whisper: the same, while this is the only call using the recogniser (an early "
+            "pass then costs no other call); a value above asr_pause_secs counts as "
+            "asr_pause_secs (off) (docs/latency/turn-taking.md)"
+        ),
+    )
     input_frame_ms: int = field(
         default=32,
         metadata=_help(
@@ -319,6 +327,11 @@ class ServeConfig(SessionLimits):
         ):
             raise ValueError(f"asr_pause_secs must be in [0.05, stop_secs={self.stop_secs}], "
                              f"got {self.asr_pause_secs!r}")
+        if not isinstance(self.asr_idle_pause_secs, (int, float)) or not (
+            0.05 <= self.asr_idle_pause_secs <= self.stop_secs
+        ):
+            raise ValueError(f"asr_idle_pause_secs must be in [0.05, stop_secs={self.stop_secs}]"
+                             f", got {self.asr_idle_pause_secs!r}")
         if self.input_frame_ms not in INPUT_FRAME_MS:
             raise ValueError(f"input_frame_ms must be one of {INPUT_FRAME_MS}, got "
                              f"{self.input_frame_ms!r}")

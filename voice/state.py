@@ -105,6 +105,7 @@ class AppState:
                 asr = resolve_asr(
                     config.asr, config.device, facts_path=facts if facts.is_file() else None,
                     asr_prompt=config.asr_prompt, pause_secs=config.asr_pause_secs,
+                    idle_pause_secs=min(config.asr_idle_pause_secs, config.asr_pause_secs),
                 )
             if tts is None:
                 from diffvoice.voice.tts.resolve import resolve_tts

@@ -49,7 +49,8 @@ def test_yaml_file_and_unknown_keys(tmp_path):
         ("port", 70000), ("stop_secs", 0.0), ("stop_secs", 9), ("tts", "say"), ("device", "tpu"),
         ("max_new_tokens", 0), ("steps_per_block", 0), ("max_sessions", 0), ("asr", ""),
         ("public_url", "example.com"), ("api_keys", ("",)), ("input_frame_ms", 20),
-        ("input_frame_ms", 48),
+        ("input_frame_ms", 48), ("asr_pause_secs", 0.3), ("asr_idle_pause_secs", 0.01),
+        ("asr_idle_pause_secs", 0.3),
     ],
 )  # fmt: skip
 def test_invalid_values_name_the_field(field, value):

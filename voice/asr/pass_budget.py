@@ -7,6 +7,8 @@ running slower.
     result = budget.run(fn, wait=True, abandoned=event)  # final pass: waits for a slot, but
                                                          # returns None once `abandoned` is set
 
+    budget.join(); budget.calls; budget.leave()   # calls streaming into this model now
+
 Slots are taken and released inside the worker thread that does the work, so a caller that
 stops waiting (cancelled asyncio task) cannot leak a slot: the slot is held exactly as long as
 the CPU is busy. Counts `ran`, `skipped` and the peak of concurrent passes for tests and logs.
@@ -33,6 +35,15 @@ class PassBudget:
         self.peak = 0
         self.ran = 0
         self.skipped = 0
+        self.calls = 0  # calls (recognisers) using this model now: join() / leave()
+
+    def join(self) -> None:
+        with self._lock:
+            self.calls += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.calls = max(0, self.calls - 1)
 
     def run(
         self,

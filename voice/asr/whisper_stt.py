@@ -5,7 +5,8 @@ agreement between consecutive passes (whisper-streaming's policy).
 Per VAD segment (frame contract: voice.asr.streaming_stt) one worker runs passes in order:
 - a pass is *due* when speech was heard that no pass has heard yet and either
   `min_new_audio_secs` of audio arrived since the last pass or the caller paused for
-  `pause_secs` (energy below the segment's speech level; see streaming_stt.Segment);
+  `pause_secs` (energy below the segment's speech level; see streaming_stt.Segment), or for
+  `idle_pause_secs` when this is the only call using the model (its pass costs no other call);
 - interim passes of one call start at most `max_passes_per_sec` per second and never overlap
   (the next waits for the previous), except a pass due at a pause, which starts at once (the
   turn may end at that pause: its transcript must be ready then); across calls a `PassBudget`
@@ -48,6 +49,7 @@ WHISPER_TTFS_P99_CPU = 1.0  # seconds, speech end -> final transcript (pipecat's
 class StreamingOptions:
     min_new_audio_secs: float = 0.5
     pause_secs: float = 0.2
+    idle_pause_secs: float | None = None  # the pause while no other call uses the model
     max_passes_per_sec: float = 2.0
     agreement_n: int = 2
     prefix_confirmed: bool = True
@@ -61,6 +63,9 @@ class StreamingOptions:
             )
         if not 0.02 <= self.pause_secs <= 5.0:
             raise ValueError(f"pause_secs must be in [0.02, 5], got {self.pause_secs}")
+        if self.idle_pause_secs is not None and not 0.02 <= self.idle_pause_secs <= self.pause_secs:
+            raise ValueError(f"idle_pause_secs must be in [0.02, pause_secs={self.pause_secs}], "
+                             f"got {self.idle_pause_secs}")
         if not 0.1 <= self.max_passes_per_sec <= 50.0:
             raise ValueError(
                 f"max_passes_per_sec must be in [0.1, 50], got {self.max_passes_per_sec}"
@@ -92,6 +97,26 @@ class WhisperSTT(StreamingSegmentSTT):
         self._runner = runner or WhisperPassRunner(model, self.options.passes)
         self.budget = budget or PassBudget(1)
         self.pass_log: list[dict] = []  # one entry per pass of this call (tests, benchmarks)
+        self._joined = False  # counted in budget.calls (start .. stop / cancel / cleanup)
+
+    async def start(self, frame):
+        if not self._joined:
+            self._joined = True
+            self.budget.join()
+        await super().start(frame)
+
+    async def _cancel_worker(self) -> None:
+        if self._joined:
+            self._joined = False
+            self.budget.leave()
+        await super()._cancel_worker()
+
+    def pause_samples(self, rate: int) -> float:
+        """How long a quiet stretch starts a pass at once, in samples: `idle_pause_secs` while
+        this is the only call using the model, else `pause_secs`."""
+        opts = self.options
+        alone = opts.idle_pause_secs is not None and self.budget.calls <= 1
+        return (opts.idle_pause_secs if alone else opts.pause_secs) * rate
 
     def _pass_fn(self, samples: np.ndarray, prefix: str):
         return lambda: self._runner.run(samples, prefix or None)
@@ -140,7 +165,7 @@ class WhisperSTT(StreamingSegmentSTT):
         while not segment.closed:
             end = segment.samples
             unheard = segment.loud_until > covered
-            paused = end - segment.loud_until >= opts.pause_secs * rate
+            paused = end - segment.loud_until >= self.pause_samples(rate)
             due = unheard and (end - covered >= opts.min_new_audio_secs * rate or paused)
             wait = last_start + min_gap - time.monotonic()
             if not due:

@@ -38,6 +38,14 @@ def test_whisper_domain_prompt_from_the_fact_sheet(tmp_path):
         backend.warnings[0]
 
 
+def test_pause_options_reach_each_call_s_recogniser():
+    """serve's --asr-pause-secs / --asr-idle-pause-secs (voice.state) as resolve_asr gets them."""
+    backend = resolve_asr(str(TINY_WHISPER), "cpu", pause_secs=0.2, idle_pause_secs=0.1)
+    a, b = backend.make_service(), backend.make_service()
+    assert (a.options.pause_secs, a.options.idle_pause_secs) == (0.2, 0.1)
+    assert a.budget is b.budget  # one count of the calls on the model
+
+
 def test_local_ct2_dir_loads_whisper_and_transcribes(speech):
     backend = resolve_asr(str(TINY_WHISPER), "cpu", no_speech_threshold=None, max_new_tokens=8)
     assert backend.kind == "whisper" and backend.warnings == []

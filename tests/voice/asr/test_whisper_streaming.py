@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from fake_whisper import WORDS, FakeRunner
 from pipecat.frames.frames import InterimTranscriptionFrame, TranscriptionFrame
 from streaming_helpers import run_with_vad_frames, silence, tone
@@ -142,3 +143,29 @@ async def test_two_segments_give_two_finals_in_order():
     finals = heard.of(TranscriptionFrame)
     assert [f.result.segment for f in finals] == [1, 2]
     assert finals[1].text == " ".join(WORDS[:9])
+
+
+async def test_the_only_call_on_the_model_gets_its_pause_pass_sooner():
+    """`idle_pause_secs` while no other call uses the model: a 0.15 s pause (shorter than
+    pause_secs 0.2) gets its pass at once. With a second call on the same model it does not,
+    and each call counts itself in the budget from start to stop."""
+    audio = tone(0.5) + silence(0.15) + tone(0.5) + silence(0.5)
+    options = dict(min_new_audio_secs=5.0, pause_secs=0.2, idle_pause_secs=0.1,
+                   max_passes_per_sec=10)
+    seen = []
+    for others in (0, 1):
+        budget = PassBudget(2)
+        for _ in range(others):
+            budget.join()  # another call streaming into this model
+        stt = _stt(FakeRunner(), budget, **options)
+        await run_with_vad_frames(stt, [("start", 0), ("audio", audio), ("stop", 0.4)])
+        assert budget.calls == others  # this call left the count when it stopped
+        seen.append([round(p["audio_secs"], 2) for p in stt.pass_log])
+    alone, shared = seen
+    assert len(alone) == 2 and alone[0] < 0.7, alone  # a pass in the 0.15 s pause
+    assert len(shared) == 1 and shared[0] >= 1.15, shared  # only at the last pause
+
+
+def test_idle_pause_is_at_most_the_pause():
+    with pytest.raises(ValueError, match="idle_pause_secs"):
+        StreamingOptions(pause_secs=0.2, idle_pause_secs=0.3)
