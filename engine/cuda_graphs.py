@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from diffvoice.engine.pass_plan import cache_bucket
+from diffvoice.engine.plan_types import cache_bucket
 
 
 @dataclass

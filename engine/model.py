@@ -21,7 +21,7 @@ from torch import nn
 
 from diffvoice.engine.attention import attention_mask, uses_mask
 from diffvoice.engine.config import ModelConfig
-from diffvoice.engine.pass_plan import AttnPlan
+from diffvoice.engine.plan_types import AttnPlan
 from diffvoice.engine.rope import inv_freq as rope_inv_freq
 from diffvoice.kernels.ops import block_attention, rmsnorm
 from diffvoice.kernels.ops import rotary as rotary_kernel
@@ -270,7 +270,7 @@ class DiffusionLM(nn.Module):
         input positions [logits_start:] only. Returns logits [B, L - logits_start, V]; with
         `select` [B, K] (indices into those positions) only theirs, [B, K, V]: the last layer's
         attention and MLP and the head run for those rows alone.
-        `plan` (engine.pass_plan.AttnPlan): the rotary tables, attention mask and K/V layout of
+        `plan` (engine.plan_types.AttnPlan): the rotary tables, attention mask and K/V layout of
         this geometry, built once by the runner's PlanCache and reused; None: built for this
         pass (`pass_geometry`). Fuses the projections on first use (Engine does it up front).
         """

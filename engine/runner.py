@@ -23,7 +23,8 @@ from diffvoice.engine.constrained.hook import after_pass, constrain_pass
 from diffvoice.engine.cuda_graphs import StaticForward
 from diffvoice.engine.loader import LoadedModel
 from diffvoice.engine.params import EngineConfig
-from diffvoice.engine.pass_plan import PlanCache, to_device
+from diffvoice.engine.pass_plan import PlanCache
+from diffvoice.engine.plan_types import to_device
 from diffvoice.engine.policies import NEEDS_ENTROPY, PolicyKnobs, commit_mixed
 from diffvoice.engine.rowbatch import row_key, row_pass
 from diffvoice.engine.sampling import predict
