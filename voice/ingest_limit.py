@@ -7,14 +7,21 @@ sample count (`pcm_seconds`, `mulaw_seconds`), and answers
   (full at the start) and refills at `rate` seconds of audio per second of wall time; a frame is
   accepted while the bucket is not empty (it may overdraw it by that one frame, so a 64 KiB
   frame of 2.048 s is not refused for its size alone);
-- `DROP`: the bucket is empty: the frame is refused (never queued) and counted as excess;
-- `CLOSE`: the excess refused since the bucket was last full passed `max_excess_s` (default
-  `burst_s`): the caller sends faster than `rate` x real time; close the call (docs/protocol.md:
-  1008 `audio_too_fast`).
-The excess is forgotten once the bucket is full again, so a real-time caller whose network
-delivered a few seconds late in one burst loses at most that burst's excess, and is not closed.
-A caller at or below `rate` x real time is never refused. `rate=0` turns the limit off (every
-frame ACCEPT).
+- `DROP`: the bucket is empty: the frame is refused (never queued) and counted as refused;
+- `CLOSE`: the caller is ahead of `rate` x real time by more than `burst_s + max_excess_s`
+  (`max_excess_s` defaults to `burst_s`), counting every frame it sent, refused ones too: it
+  sends faster than `rate` x real time; close the call (docs/protocol.md: 1008
+  `audio_too_fast`). What a caller may save by sending below the rate is capped at `save_s`
+  (30 s), so a caller that was quiet or slow for a long time is still closed after a bounded
+  amount of flood.
+The bucket bounds how much audio reaches the pipeline at once; the close rule judges the
+caller's sustained rate, not its arrival pattern. Audio sent in real time may arrive late in one
+burst when a network, a proxy (Ray Serve's hands a replica its messages in batches) or this
+server's own busy event loop held it: such a caller loses that burst's audio beyond the bucket
+and is not closed for a stall of up to `save_s + burst_s + max_excess_s` (34 s at the defaults;
+a stall is indistinguishable from a quiet caller that then sends all at once). A caller at or
+below `rate` x real time whose frames arrive as sent is never refused. `rate=0` turns the limit
+off (every frame ACCEPT).
 
 Knows nothing about sockets, pipecat or the wire formats beyond sample counting.
 """
@@ -30,6 +37,7 @@ CLOSE = "close"
 
 DEFAULT_RATE = 1.5  # x real time
 DEFAULT_BURST_S = 2.0  # seconds of audio beyond the rate, e.g. after a network stall
+DEFAULT_SAVE_S = 30.0  # how far below the rate a caller's account may go (see CLOSE)
 CLOSE_REASON = "audio_too_fast"
 
 
@@ -48,9 +56,10 @@ class IngestLimit:
     rate: float = DEFAULT_RATE
     burst_s: float = DEFAULT_BURST_S
     max_excess_s: float | None = None  # None: burst_s
+    save_s: float = DEFAULT_SAVE_S
     clock: object = field(default=time.monotonic, repr=False)
     credit_s: float = field(init=False)
-    excess_s: float = field(init=False, default=0.0)  # refused since the bucket was last full
+    ahead_s: float = field(init=False, default=0.0)  # sent beyond rate x real time (< 0: saved)
     refused_s: float = field(init=False, default=0.0)  # refused in all (for logs)
     closed: bool = field(init=False, default=False)
 
@@ -64,6 +73,8 @@ class IngestLimit:
             self.max_excess_s = self.burst_s
         if not self.max_excess_s > 0:
             raise ValueError(f"max_excess_s must be > 0, got {self.max_excess_s!r}")
+        if not self.save_s >= 0:
+            raise ValueError(f"save_s must be >= 0, got {self.save_s!r}")
         self.credit_s = self.burst_s
         self._last = self.clock()
 
@@ -79,16 +90,15 @@ class IngestLimit:
         if self.closed:
             return CLOSE
         now = self.clock()
-        self.credit_s = min(self.burst_s, self.credit_s + (now - self._last) * self.rate)
-        self._last = now
-        if self.credit_s >= self.burst_s:
-            self.excess_s = 0.0  # the caller kept to the rate long enough: start afresh
+        elapsed, self._last = now - self._last, now
+        self.credit_s = min(self.burst_s, self.credit_s + elapsed * self.rate)
+        self.ahead_s = max(-self.save_s, self.ahead_s - elapsed * self.rate) + audio_s
+        if self.ahead_s > self.burst_s + self.max_excess_s:
+            self.closed = True
+            self.refused_s += audio_s
+            return CLOSE
         if self.credit_s > 0:
             self.credit_s -= audio_s
             return ACCEPT
-        self.excess_s += audio_s
         self.refused_s += audio_s
-        if self.excess_s > self.max_excess_s:
-            self.closed = True
-            return CLOSE
         return DROP

@@ -77,14 +77,14 @@ class SessionLimits:
         default=1.5,
         metadata=_help("caller audio (/ws and Twilio) accepted at most this many times real "
                        "time, plus --audio-burst-s; past that frames are refused and, once the "
-                       "refused audio passes --audio-burst-s too, the call is closed (1008 "
-                       "audio_too_fast). 0: no limit"),
+                       "caller has sent more than this rate plus twice --audio-burst-s, the call "
+                       "is closed (1008 audio_too_fast). Audio sent in real time but delivered "
+                       "late in one burst is refused past the burst, never closed. 0: no limit"),
     )
     audio_burst_s: float = field(
         default=2.0,
         metadata=_help("seconds of caller audio a call may send beyond --audio-rate-limit at "
-                       "once (e.g. after a network stall), and the refused excess after which "
-                       "it is closed"),
+                       "once (e.g. after a network stall); twice this beyond the rate closes it"),
     )
 
     # --- slow HTTP clients (voice.http_limits: uvicorn's settings) ---

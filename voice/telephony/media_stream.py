@@ -17,8 +17,9 @@ drops on the floor:
 - every valid ``media`` message calls ``on_media`` (the router's idle watchdog);
 - caller audio is admitted at the speed of speech (voice.ingest_limit, 8 kHz mu-law = 8000
   payload bytes a second): beyond ``audio_rate_limit`` x real time plus ``audio_burst_s`` a
-  ``media`` message's audio is refused (never queued); once the refused audio passes
-  ``audio_burst_s`` too, ``on_too_fast`` is called once and every later ``media`` is refused.
+  ``media`` message's audio is refused (never queued); once the caller is ahead of that rate by
+  twice ``audio_burst_s`` (refused audio counted), ``on_too_fast`` is called once and every
+  later ``media`` is refused.
   :class:`TwilioMediaStreamTransport` sets ``on_too_fast`` to close the stream with 1008
   ``audio_too_fast`` (the router then ends the call as for any closed socket). The limit is
   ``ingest_limit`` when given, else the serve config's when the app is ``diffvoice serve``'s

@@ -18,8 +18,8 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
 5. limits (ServeConfig): no caller audio for `idle_timeout_s` -> "idle_timeout", the call
    `max_call_s` old -> "max_duration" (both 1008, with an error event first); caller audio
    faster than `audio_rate_limit` x real time beyond `audio_burst_s` (voice.ingest_limit) is
-   refused frame by frame, never queued, and once the refused audio passes `audio_burst_s` too
-   -> "audio_too_fast" (1008);
+   refused frame by frame, never queued, and once the caller is ahead of that rate by twice
+   `audio_burst_s` (refused audio counted) -> "audio_too_fast" (1008);
 6. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
 
