@@ -19,9 +19,13 @@ caller's sustained rate, not its arrival pattern. Audio sent in real time may ar
 burst when a network, a proxy (Ray Serve's hands a replica its messages in batches) or this
 server's own busy event loop held it: such a caller loses that burst's audio beyond the bucket
 and is not closed for a stall of up to `save_s + burst_s + max_excess_s` (34 s at the defaults;
-a stall is indistinguishable from a quiet caller that then sends all at once). A caller at or
-below `rate` x real time whose frames arrive as sent is never refused. `rate=0` turns the limit
-off (every frame ACCEPT).
+a stall is indistinguishable from a quiet caller that then sends all at once). One stall is
+known to be the server's: the time from the limit's creation to the first frame read, while the
+call was being set up (create the limit when setup starts). A real-time caller that did not wait
+for it sent that much audio meanwhile, so the first frame adds `rate` x that time (at most
+`save_s`) above the bucket, taken down by the frames it sends; refills stay capped at `burst_s`.
+A caller at or below `rate` x real time whose frames arrive as sent is never refused. `rate=0`
+turns the limit off (every frame ACCEPT).
 
 Knows nothing about sockets, pipecat or the wire formats beyond sample counting.
 """
@@ -77,6 +81,7 @@ class IngestLimit:
             raise ValueError(f"save_s must be >= 0, got {self.save_s!r}")
         self.credit_s = self.burst_s
         self._last = self.clock()
+        self._reading = False
 
     @classmethod
     def from_config(cls, config) -> IngestLimit:
@@ -91,7 +96,11 @@ class IngestLimit:
             return CLOSE
         now = self.clock()
         elapsed, self._last = now - self._last, now
-        self.credit_s = min(self.burst_s, self.credit_s + elapsed * self.rate)
+        if not self._reading:  # the first frame: what was sent before reading began is taken
+            self._reading = True
+            self.credit_s += min(self.save_s, elapsed * self.rate)
+        if self.credit_s < self.burst_s:  # a refill never takes away the first frame's credit
+            self.credit_s = min(self.burst_s, self.credit_s + elapsed * self.rate)
         self.ahead_s = max(-self.save_s, self.ahead_s - elapsed * self.rate) + audio_s
         if self.ahead_s > self.burst_s + self.max_excess_s:
             self.closed = True

@@ -61,7 +61,7 @@ class BrowserSession:
         self.client_ip = websocket.client.host if websocket.client else "?"
         self._send_lock = asyncio.Lock()
         self._open = True
-        self.ingest = IngestLimit.from_config(state.config)
+        self.ingest = IngestLimit.from_config(state.config)  # made again when setup starts
 
     # ------------------------------------------------------------------ sending
 
@@ -211,7 +211,9 @@ class BrowserSession:
             else:
                 pending.append(message)
 
-            # 2. pipeline
+            # 2. pipeline (this socket is not read meanwhile: what a real-time caller sends
+            # waits; the ingest limit, made now, takes it when reading starts)
+            self.ingest = IngestLimit.from_config(state.config)
             transport = BrowserTransport(
                 self.send_audio,
                 input_sample_rate=protocol.INPUT_SAMPLE_RATE,

@@ -1,7 +1,8 @@
 """Issue 39, item 4 on the real server (create_app on loopback): caller audio is taken at the
 speed of speech. A client flooding 64 KiB frames is closed 1008 `audio_too_fast` after a bounded
 amount of audio (before the fix: 11.9 h of audio accepted in 10 s, never closed); a client
-sending in real time, even in half-second bursts, is never refused."""
+sending in real time, even in half-second bursts, is never refused, nor is the audio it sent
+while the server was still setting its call up."""
 
 from __future__ import annotations
 
@@ -91,3 +92,48 @@ async def test_real_time_client_in_bursts_is_never_refused(server):
                 if isinstance(event, protocol.Pong):
                     break
         assert ws.close_code is None
+
+
+@pytest.mark.parametrize("credit_held", [True, False], ids=["held-credited", "ablation"])
+async def test_audio_sent_while_the_call_is_set_up_is_all_taken(server, monkeypatch, credit_held):
+    """The client streams in real time from its first message, not waiting for session.started
+    (as tests/voice/scale/test_ray_serve.py's callers do); the server takes 4 s to build the
+    pipeline (here: a sleep that blocks its event loop, as a loaded server does), so 4 s of
+    audio waits unread. All of it is taken; without the credit for the held time (ablation) the
+    bucket refused what was beyond its 2 s, the caller's first words."""
+    from diffvoice.voice.transport import ws_session
+
+    limits, build = [], ws_session.build_pipeline
+
+    class Recorded(ws_session.IngestLimit):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            limits.append(self)
+            if not credit_held:
+                self._reading = True  # no credit for the time before the first frame
+
+    def slow_build(*args, **kwargs):
+        time.sleep(4.0)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(ws_session, "IngestLimit", Recorded)
+    monkeypatch.setattr(ws_session, "build_pipeline", slow_build)
+    frame_20ms = b"\x01\x00" * 320
+    async with websockets.connect(server.ws_url, max_size=None, ping_interval=None) as ws:
+        await ws.send(protocol.SessionStart(config={}).encode())
+        t0 = time.monotonic()
+        for i in range(300):  # 6 s in real time, from the first message on
+            await asyncio.sleep(max(0.0, t0 + i * 0.02 - time.monotonic()))
+            await ws.send(frame_20ms)
+        await ws.send(protocol.Ping().encode())
+        async with asyncio.timeout(scaled(20)):
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str) and isinstance(protocol.decode_server(message),
+                                                           protocol.Pong):  # fmt: skip
+                    break
+    limit = limits[-1]  # the one made when setup started
+    if credit_held:
+        assert limit.refused_s == 0.0
+    else:
+        assert limit.refused_s > 0.5  # what the credit is for: ~2 s of the 4 s held
