@@ -100,7 +100,8 @@ def create_app(state: AppState) -> FastAPI:
         state.loop_lag = LoopLag().start()  # /metrics: diffvoice_event_loop_lag_seconds
         from diffvoice.voice.warmup import warm_up
 
-        warming = asyncio.get_running_loop().create_task(warm_up(state), name="warm-up")
+        warming = None if state.readiness.ready else asyncio.get_running_loop().create_task(
+            warm_up(state), name="warm-up")  # (a Ray replica warmed up before serving)
         if not config.api_only:
             web_dir = Path(config.web_dir)
             if (web_dir / "index.html").is_file():
@@ -110,7 +111,8 @@ def create_app(state: AppState) -> FastAPI:
             else:
                 logger.warning(f"no {web_dir}/index.html: the browser page is not served")
         yield
-        warming.cancel()
+        if warming is not None:
+            warming.cancel()
         state.loop_lag.stop()
         if watchdog is not None:
             watchdog.stop()

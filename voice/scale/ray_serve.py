@@ -4,7 +4,8 @@
     run_ray(config) -> int            # `diffvoice serve --ray`: start/join Ray, run, block
 
 Each replica (`VoiceReplica`) is one full diffvoice process: it loads and warms its own engine,
-ASR and TTS (`voice.app.load_state`) and serves exactly the app of `diffvoice serve`
+ASR and TTS (`voice.app.load_state`), warms the call path (`voice.warmup.warm_up`) before Serve
+sends it anything, and serves exactly the app of `diffvoice serve`
 (`voice.app.build_app`: /ws, Twilio, /v1, /healthz, /metrics, the page) through Serve's
 ASGI ingress, plus `GET /metrics/cluster` (every live replica's series, see voice.scale.metrics).
 
@@ -49,6 +50,7 @@ class VoiceReplica:
 
         from diffvoice.voice.app import load_state
         from diffvoice.voice.scale.metrics import ReplicaMetrics, hub_actor
+        from diffvoice.voice.warmup import warm_up
 
         self.config = ServeConfig(**config)
         context = serve.get_replica_context()
@@ -59,6 +61,11 @@ class VoiceReplica:
             load_state, self.config, replica_id=self.replica_id,
             metrics=ReplicaMetrics(self.replica_id),
         )
+        # Serve routes requests to a replica as soon as this returns (it knows no /healthz):
+        # warm the call path first, as `diffvoice serve` does before /healthz says ready, so no
+        # first call waits for it (CI, 2026-12-07: a replica's first calls arrived while it was
+        # still warming, and its first call took ~4 s to set up on 2 busy cores)
+        await warm_up(self.state)
         self._hub = hub_actor()
         self._info = {"actor_name": _actor_name(), "pid": _pid()}
         self._stop = threading.Event()

@@ -102,6 +102,23 @@ async def _call(url, pcm, *, delay=0.0, answered=None, hang_up=None):
     return call
 
 
+async def test_replicas_are_warm_when_serve_reports_the_app_ready(cluster):
+    """Serve sends requests to a replica once it has started; it has no /healthz to wait on. The
+    replica warms the call path before it starts (voice.warmup), so the very first requests,
+    sent the moment the app is ready, find both replicas warm."""
+    import aiohttp
+
+    async with aiohttp.ClientSession(f"http://{cluster}") as client:
+
+        async def health():
+            async with client.get("/healthz") as r:
+                return r.status, r.headers.get("x-diffvoice-replica"), await r.json()
+
+        answers = await asyncio.gather(*(health() for _ in range(8)))
+    assert all(status == 200 and body["status"] == "ok" for status, _, body in answers), answers
+    assert len({replica for _, replica, _ in answers}) == 2, answers
+
+
 async def test_calls_spread_over_both_replicas_and_get_answers(cluster, speech):
     pcm = speech(QUESTION)
     answered, hang_up = [], asyncio.Event()
