@@ -61,7 +61,7 @@ class BrowserSession:
         self.client_ip = websocket.client.host if websocket.client else "?"
         self._send_lock = asyncio.Lock()
         self._open = True
-        self.ingest = IngestLimit.from_config(state.config)  # made again when setup starts
+        self.ingest: IngestLimit | None = None  # made when the call's setup starts (run)
 
     # ------------------------------------------------------------------ sending
 
