@@ -39,28 +39,11 @@ from pathlib import Path
 import torch
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
-from diffvoice.engine.config import ModelConfig
 from diffvoice.engine.decoding import resolve
 from diffvoice.engine.loader import LoadedModel, load_checkpoint
-from diffvoice.engine.model import DiffusionLM
 from diffvoice.engine.reference_loops import loop_for
-from diffvoice.engine.testing import CORPUS, make_tokenizer
-from diffvoice.engine.tokenizer import ChatTokenizer
 from diffvoice.engine.vanilla import reference_decode
-
-PRESETS = {
-    # ~10M parameters, block-causal (SDAR layout), the CPU benchmark's default
-    "tiny-10m": dict(family="sdar", vocab_size=16384, hidden_size=256, num_layers=8, num_heads=4,
-                     num_kv_heads=2, head_dim=64, intermediate_size=768, block_size=8,
-                     tie_word_embeddings=True),
-    # the shape of Qwen2.5-1.5B as Fast-dLLM v2 uses it (block-causal, 32-token blocks)
-    "qwen2.5-1.5b": dict(family="fast_dllm_v2", vocab_size=151936, hidden_size=1536,
-                         num_layers=28, num_heads=12, num_kv_heads=2, head_dim=128,
-                         intermediate_size=8960, block_size=32, tie_word_embeddings=True,
-                         rope_theta=1000000.0),
-}
-
-PROMPTS = [line for line in CORPUS.splitlines() if line.strip()]
+from diffvoice.latency_bench.engine_workload import PRESETS, prompt_messages, random_model
 
 
 def _ints(text: str) -> list[int]:
@@ -129,42 +112,6 @@ def _knobs(args: argparse.Namespace) -> dict:
     """The EngineConfig fields the bench's flags set (both of its engines)."""
     return dict(block_step_passes=args.block_step_passes, worker_threads=args.worker_threads,
                 overlap=OVERLAP[args.overlap], predict_masked=args.predict_masked == "on")
-
-
-def random_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int,
-                 tokenizer_dir: Path) -> LoadedModel:
-    tok = make_tokenizer(tokenizer_dir)
-    dims = dict(PRESETS[preset])
-    family = dims.pop("family")
-    cfg = ModelConfig(family=family, mask_token_id=tok.token_to_id("<|mask|>"),
-                      eos_token_ids=(tok.token_to_id("<|im_end|>"),),
-                      max_position_embeddings=8192, **dims)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = DiffusionLM(cfg)
-    model.init_weights(std=0.02)
-    model.to(dtype).eval().requires_grad_(False)
-    return LoadedModel(model, ChatTokenizer.from_dir(tokenizer_dir), cfg, tokenizer_dir, preset)
-
-
-def prompt_messages(tokenizer: ChatTokenizer, n: int, context: int | None,
-                    questions: list[str] | None = None) -> list[list[dict]]:
-    """n different chats; with `context`, each is padded with earlier turns to ~context tokens."""
-    chats = []
-    for i in range(n):
-        if questions:
-            messages = [{"role": "user", "content": questions[i % len(questions)]}]
-        else:
-            messages = [{"role": "user", "content": f"{PROMPTS[i % len(PROMPTS)]} ({i})"}]
-        if context:
-            history, k = [], i
-            while len(tokenizer.encode_chat(history + messages)) < context:
-                history += [{"role": "user", "content": PROMPTS[k % len(PROMPTS)]},
-                            {"role": "assistant", "content": PROMPTS[(k + 3) % len(PROMPTS)]}]
-                k += 1
-            messages = history + messages
-        chats.append(messages)
-    return chats
 
 
 async def _one(engine: Engine, messages, params) -> tuple[float, float, int]:

@@ -175,7 +175,7 @@ def aten_ops_per_layer_pass(dims: dict, tokenizer, mask_id: int, eos_id: int,
                             params: SamplingParams, config: EngineConfig | None = None,
                             seed: int = 0, kernels: str = "torch") -> dict:
     """Aten ops per pass of one decoder layer of the shape `dims` (family and sizes, as
-    engine_bench.PRESETS), from 1- and 2-layer copies on the CPU, batch 1. `kernels`: the
+    engine_workload.PRESETS), from 1- and 2-layer copies on the CPU, batch 1. `kernels`: the
     backend ($DIFFVOICE_KERNELS for the run): "torch", what a CPU runs, or "triton", the
     decode path a GPU runs (fused kernels; here under Triton's interpreter, slow), where each
     kernel launch counts as one operator."""

@@ -28,13 +28,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from diffvoice.engine import Engine, EngineConfig, SamplingParams
-from diffvoice.latency_bench.engine_bench import (
-    PRESETS,
-    _ints,
-    measure,
-    prompt_messages,
-    random_model,
-)
+from diffvoice.latency_bench.engine_bench import _ints, measure
+from diffvoice.latency_bench.engine_workload import PRESETS, prompt_messages, random_model
 
 
 def _top(events, key: str, n: int = 15) -> list[dict]:

@@ -12,8 +12,8 @@ import tempfile
 from diffvoice.engine import SamplingParams
 from diffvoice.engine.loader import load_checkpoint
 from diffvoice.engine.testing import make_random_checkpoint
-from diffvoice.latency_bench.engine_bench import PRESETS
 from diffvoice.latency_bench.engine_host import aten_ops_per_layer_pass
+from diffvoice.latency_bench.engine_workload import PRESETS
 
 loaded = load_checkpoint(make_random_checkpoint(tempfile.mkdtemp(), family="fast_dllm_v2"))
 mc = loaded.config

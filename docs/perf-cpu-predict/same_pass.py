@@ -21,7 +21,7 @@ from diffvoice.engine import Engine, EngineConfig, SamplingParams, runner
 from diffvoice.engine.loader import load_checkpoint
 from diffvoice.engine.sampling import predict
 from diffvoice.engine.testing import make_random_checkpoint
-from diffvoice.latency_bench.engine_bench import prompt_messages, random_model
+from diffvoice.latency_bench.engine_workload import prompt_messages, random_model
 
 QUESTIONS = Path("docs/latency/receptionist-questions.txt")
 
