@@ -160,6 +160,7 @@ class ParaphraseSnap(IntentSnapping):
         meta = {"encoder": ENCODER, "digest": _digest(self.entries),
                 "entries": json.dumps([[e.text, e.reply, e.swap] for e in self.entries])}
         save_file({"embeddings": self.embeddings.half().contiguous()}, str(path), metadata=meta)
+        _readable_by_all(path)  # safetensors creates its files 0600
 
     @classmethod
     def for_model(cls, model_dir: str | Path, facts: str | Path | None = None,
@@ -312,3 +313,10 @@ class ParaphraseSnap(IntentSnapping):
 
 __all__ = ["BANK_FILE", "DEFAULT_THRESHOLD", "INTENT_THRESHOLD", "BankEntry", "Encoder",
            "IntentHead", "ParaphraseSnap", "Snap", "bank_entries", "encoder_dir", "head_label"]
+
+
+def _readable_by_all(path: str | Path) -> None:
+    """0644, as a model directory's other files are: a bank another user's server reads."""
+    import os
+
+    os.chmod(path, 0o644)

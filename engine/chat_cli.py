@@ -55,6 +55,33 @@ def _engine(args) -> Engine:
                                                            max_running=2))
 
 
+class UsageError(Exception):
+    """What the command line named cannot be used; the message says what and why (one line)."""
+
+
+def _setup(args) -> tuple[Engine, SamplingParams]:
+    """The engine and sampling parameters, or a UsageError naming the flag at fault."""
+    try:
+        params = _params(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not Path(args.model).is_dir():
+        raise UsageError(f"--model {args.model}: no such directory")
+    try:
+        return _engine(args), params
+    except (OSError, ValueError, KeyError, TypeError) as e:  # the loaders' refusals
+        raise UsageError(f"--model {args.model}: cannot load it: {e}") from None
+
+
+def _explained(command: str, run):
+    """Run `run()`; a UsageError is one line on stderr and exit status 2, not a traceback."""
+    try:
+        return run()
+    except UsageError as e:
+        print(f"diffvoice {command}: {e}", file=sys.stderr)
+        return 2
+
+
 async def answer(engine: Engine, messages: list[dict], params: SamplingParams, out=None):
     out = out or sys.stdout
     t0 = time.perf_counter()
@@ -75,19 +102,26 @@ async def answer(engine: Engine, messages: list[dict], params: SamplingParams, o
 
 
 def run_generate(args) -> int:
-    engine = _engine(args)
+    return _explained("generate", lambda: _generate(args))
+
+
+def _generate(args) -> int:
+    engine, params = _setup(args)
     try:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         messages.append({"role": "user", "content": args.prompt})
-        asyncio.run(answer(engine, messages, _params(args)))
+        asyncio.run(answer(engine, messages, params))
     finally:
         engine.close()
     return 0
 
 
 def run_chat(args) -> int:
-    engine = _engine(args)
-    params = _params(args)
+    return _explained("chat", lambda: _chat(args))
+
+
+def _chat(args) -> int:
+    engine, params = _setup(args)
     messages = [{"role": "system", "content": args.system}] if args.system else []
     print(f"diffvoice chat - {engine.model_name} on {engine.device}. Empty line or Ctrl-D quits.")
     try:

@@ -11,6 +11,9 @@ import importlib
 import logging
 import sys
 
+DESCRIPTION = ("diffvoice: a self-hosted real-time voice agent whose language model is a diffusion "
+               "LM running in-process. Start with `diffvoice serve` and open the printed URL.")
+
 COMMANDS: dict[str, tuple[str, str, str, str]] = {
     # name: (module, add-arguments function, run function, help)
     "serve": ("diffvoice.voice.cli_serve", "add_arguments", "run",
@@ -31,7 +34,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="diffvoice", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="diffvoice", description=DESCRIPTION,
+                                     epilog="`diffvoice COMMAND --help` lists a command's options.")
     parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, ...)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((a for a in argv if a in COMMANDS), None)

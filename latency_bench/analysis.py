@@ -8,7 +8,10 @@ dict of `<stage>_ms` values, as `TurnResult.stages()` returns) and returns a few
   above the voice_to_voice p90 by default) the mean time spent in each component: endpointing,
   asr, llm_ttft, tts_first_audio, and `other` = voice_to_voice minus those four (the server
   handing audio to the socket, transport, and the client's playout queue). Only turns where all
-  components were measured are decomposed;
+  components were measured are decomposed. The components can overlap in time (recognition runs
+  while the turn end is still being decided; a draft answers before the transcript is final):
+  where they add up to more than voice_to_voice, the sentence says by how much and gives no
+  `other` (a negative duration is no share of anything);
 - across levels: how voice_to_voice p99 (or max, by the same rule) grows from the lowest to the
   highest concurrency, and which component's grows the most.
 
@@ -62,13 +65,18 @@ def _level_sentence(level: int, turns: Sequence[Mapping[str, float]],
     if tail_parts is None:
         return sentence
     whole = tail_parts[TOTAL]
-    parts = sorted(((k, v) for k, v in tail_parts.items() if k != TOTAL), key=lambda kv: -kv[1])
+    overlap = -tail_parts["other"] if tail_parts["other"] < 0 else 0.0
+    parts = sorted(((k, v) for k, v in tail_parts.items()
+                    if k != TOTAL and not (k == "other" and overlap)), key=lambda kv: -kv[1])
     listing = ", ".join(f"{_short(k)} {v:,.0f} ms ({100 * v / whole:.0f}%)" for k, v in parts)
     biggest = parts[0][0]
     sentence += (f" The slowest {len(tail)} turn{'s' if len(tail) != 1 else ''} "
-                 f"(>= {cutoff:,.0f} ms) spend on average: {listing}.")
+                 f"(>= {cutoff:,.0f} ms, mean {whole:,.0f} ms) spend on average: {listing}.")
+    if overlap:
+        sentence += (f" These stages overlap in time: together they exceed voice_to_voice by "
+                     f"{overlap:,.0f} ms, so shares add up to more than 100%.")
     if body_parts is not None:
-        growth = sorted(((k, tail_parts[k] - body_parts[k]) for k in tail_parts if k != TOTAL),
+        growth = sorted(((k, tail_parts[k] - body_parts[k]) for k, _ in parts),
                         key=lambda kv: -kv[1])
         top, extra = growth[0]
         sentence += (f" Largest share in the tail: {_short(biggest)}; largest difference from "

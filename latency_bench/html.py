@@ -16,7 +16,12 @@ import jinja2
 
 from diffvoice.latency_bench.markdown import fmt_fraction, fmt_stat
 from diffvoice.latency_bench.quality import has_turns, sweep_quality
-from diffvoice.latency_bench.report import SAMPLE_SIZE_RULE, STAGE_DESCRIPTIONS, stage_names
+from diffvoice.latency_bench.report import (
+    SAMPLE_SIZE_RULE,
+    STAGE_DESCRIPTIONS,
+    stage_names,
+    sweep_tail,
+)
 from diffvoice.latency_bench.stats import SUMMARY_FIELDS
 
 _TEMPLATE = """<!doctype html>
@@ -25,6 +30,7 @@ _TEMPLATE = """<!doctype html>
 <style>
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 table { border-collapse: collapse; margin: .6em 0 1.4em; }
+.wide { max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: .25em .6em; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; } code { background: #f6f6f6; padding: 0 .2em; }
@@ -37,12 +43,12 @@ img { max-width: 100%; border: 1px solid #eee; } .notes { max-width: 60em; }
 {% if descriptions %}<p>Stages (milliseconds):</p><ul>
 {% for name, text in descriptions %}<li><code>{{ name }}</code>: {{ text }}</li>
 {% endfor %}</ul>{% endif %}
-<h2>p50 / p99 versus concurrency</h2>
-<table><tr><th>concurrency</th><th>turns</th><th>errors</th><th>timeouts</th>
-{% for name in names %}<th>{{ name }}<br>p50 / p99 (n)</th>{% endfor %}
+<h2>p50 / {{ tail }} versus concurrency</h2>
+<div class="wide"><table><tr><th>concurrency</th><th>turns</th><th>errors</th><th>timeouts</th>
+{% for name in names %}<th>{{ name }}<br>p50 / {{ tail }} (n)</th>{% endfor %}
 {% for head in quality_heads %}<th>{{ head }}</th>{% endfor %}</tr>
 {% for row in sweep_rows %}<tr>{% for cell in row %}<td class="n">{{ cell }}</td>{% endfor %}</tr>
-{% endfor %}</table>
+{% endfor %}</table></div>
 <p><i>Sample size: {{ rule }}.</i></p>
 {% if quality_heads %}<p><i>Quality: ASR WER = word error rate of the final transcript against
 the prompt's text; task success = answers that state the prompt's expected fact; n = turns
@@ -53,10 +59,10 @@ judged.</i></p>{% endif %}
 {% for title, uri in images %}<h2>{{ title }}</h2><img alt="{{ title }}" src="{{ uri }}">
 {% endfor %}
 {% for point in points %}<h2>{{ point.title }}</h2><p>{{ point.extra }}</p>
-<table><tr><th>stage</th>{% for f in fields %}<th>{{ f }}</th>{% endfor %}</tr>
+<div class="wide"><table><tr><th>stage</th>{% for f in fields %}<th>{{ f }}</th>{% endfor %}</tr>
 {% for row in point.rows %}<tr><td>{{ row[0] }}</td>
 {% for cell in row[1:] %}<td class="n">{{ cell }}</td>{% endfor %}</tr>
-{% endfor %}</table>
+{% endfor %}</table></div>
 {% for message in point.errors %}<p>error: {{ message }}</p>{% endfor %}
 {% endfor %}
 </body></html>
@@ -94,13 +100,14 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes | None]) -
     sweep_rows = []
     points = []
     quality = sweep_quality(report) if has_turns(report) else None
+    tail = sweep_tail(report)
     for point in report["sweep"]:
         row = [point["concurrency"], point.get("turns", "–"), point.get("errors", "–"),
                point.get("timeouts", "–")]
         for name in names:
             summary = point["stages"].get(name)
             row.append("–" if not summary or not summary["count"] else
-                       f"{fmt_stat(summary, 'p50')} / {fmt_stat(summary, 'p99')} "
+                       f"{fmt_stat(summary, 'p50')} / {fmt_stat(summary, tail)} "
                        f"({summary['count']})")
         if quality:
             q = quality[point["concurrency"]]
@@ -126,7 +133,8 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, bytes | None]) -
     return _ENV.from_string(_TEMPLATE).render(
         kind=report.get("kind", "latency"), header=_header(report),
         descriptions=[(n, STAGE_DESCRIPTIONS[n]) for n in names if n in STAGE_DESCRIPTIONS],
-        names=names, sweep_rows=sweep_rows, notes=report.get("notes"), rule=SAMPLE_SIZE_RULE,
+        names=names, sweep_rows=sweep_rows, tail=tail, notes=report.get("notes"),
+        rule=SAMPLE_SIZE_RULE,
         quality_heads=["ASR WER (n)", "task success (n)"] if quality else [],
         analysis=report.get("analysis", []), images=inlined, points=points,
         fields=SUMMARY_FIELDS)

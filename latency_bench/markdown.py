@@ -25,6 +25,7 @@ from diffvoice.latency_bench.report import (
     STAGE_DESCRIPTIONS,
     enough_samples,
     stage_names,
+    sweep_tail,
 )
 from diffvoice.latency_bench.stats import SUMMARY_FIELDS
 from diffvoice.latency_bench.turn_table import turn_taking_lines
@@ -107,12 +108,15 @@ def _stage_table(stages: Mapping[str, Mapping[str, Any]], names: Sequence[str]) 
 
 
 def sweep_table(report: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    """p50 / p99 (n) per stage and level; with per-turn records, the answer quality beside it:
-    ASR word error rate against the prompt text and task success (n = turns judged)."""
+    """p50 / tail (n) per stage and level, the tail being the highest percentile every level's
+    sample supports (report.sweep_tail: p99 from 100 turns, else p95, p90 or max); with
+    per-turn records, the answer quality beside it: ASR word error rate against the prompt text
+    and task success (n = turns judged)."""
     quality = sweep_quality(report) if has_turns(report) else None
     extra = ["ASR WER (n)", "task success (n)"] if quality else []
+    tail = sweep_tail(report)
     rows = ["| concurrency | turns | errors | timeouts | "
-            + " | ".join([f"{n} p50 / p99 (n)" for n in names] + extra) + " |",
+            + " | ".join([f"{n} p50 / {tail} (n)" for n in names] + extra) + " |",
             "|---:|---:|---:|---:|" + "---:|" * (len(names) + len(extra))]
     for point in report["sweep"]:
         cells = [str(point["concurrency"]), str(point.get("turns", "–")),
@@ -120,7 +124,7 @@ def sweep_table(report: Mapping[str, Any], names: Sequence[str]) -> list[str]:
         for name in names:
             summary = point["stages"].get(name)
             cells.append("–" if summary is None or summary["count"] == 0 else
-                         f"{fmt_stat(summary, 'p50')} / {fmt_stat(summary, 'p99')} "
+                         f"{fmt_stat(summary, 'p50')} / {fmt_stat(summary, tail)} "
                          f"({summary['count']})")
         if quality:
             q = quality[point["concurrency"]]
@@ -141,7 +145,8 @@ def render_markdown(report: Mapping[str, Any],
         lines += [f"- `{n}`: {STAGE_DESCRIPTIONS[n]}" for n in described]
         lines.append("")
     lines += matrix_lines(report)
-    lines += ["## p50 / p99 versus concurrency", ""] + sweep_table(report, names) + [""]
+    lines += [f"## p50 / {sweep_tail(report)} versus concurrency", ""]
+    lines += sweep_table(report, names) + [""]
     lines += [f"*Sample size: {SAMPLE_SIZE_RULE}.*", ""]
     if has_turns(report):
         lines += ["*Quality: ASR WER = word error rate of the final transcript against the "

@@ -242,6 +242,16 @@ def shown(summary: Mapping[str, Any] | None, name: str) -> float | None:
     return summary.get(name)
 
 
+def sweep_tail(report: Mapping[str, Any]) -> str:
+    """The tail percentile the sweep table shows: the highest of p99, p95, p90 that every
+    point's samples support (by PERCENTILE_MIN_SAMPLES), else "max"."""
+    counts = [max((s.get("count") or 0 for s in point.get("stages", {}).values() if s),
+                  default=0) for point in report.get("sweep", [])]
+    smallest = min((c for c in counts if c), default=0)
+    return next((name for name in ("p99", "p95", "p90")
+                 if smallest >= PERCENTILE_MIN_SAMPLES[name]), "max")
+
+
 def enough_samples(summary: Mapping[str, Any] | None, name: str) -> bool:
     return bool(summary and summary.get("count")
                 and summary["count"] >= PERCENTILE_MIN_SAMPLES.get(name, 1))

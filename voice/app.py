@@ -6,6 +6,7 @@ Used by `diffvoice serve` (voice.cli_serve), its worker processes and Ray Serve 
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -35,11 +36,32 @@ def build_app(state):
     return app
 
 
+LOG_FORMAT = ("<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
+              "<cyan>{name}</cyan> - <level>{message}</level>")
+
+
 def configure_logging(level: str) -> None:
+    """One log format for the whole process: loguru's sink (pipecat's and ours), with the
+    standard library's records (the engine, uvicorn, Ray) routed into it."""
     from loguru import logger
 
     logger.remove()
-    logger.add(sys.stderr, level=level.upper())
+    logger.add(sys.stderr, level=level.upper(), format=LOG_FORMAT)
+    logging.basicConfig(handlers=[_ToLoguru()], level=level.upper(), force=True)
+
+
+class _ToLoguru(logging.Handler):
+    """A standard-library record, written by loguru under the record's own logger name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from loguru import logger
+
+        try:
+            level = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.patch(lambda r: r.update(name=record.name)).opt(
+            exception=record.exc_info).log(level, record.getMessage())
 
 
 class StartupError(RuntimeError):
@@ -51,14 +73,16 @@ def load_state(config: ServeConfig, *, replica_id: str | None = None, metrics=No
     holds (one per `diffvoice serve`, one per Ray Serve replica). Raises StartupError."""
     from loguru import logger
 
-    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.engine import DEFAULT_MODEL_DIR, Engine, EngineConfig
     from diffvoice.voice.state import AppState
 
     if not Path(config.model).is_dir():
-        raise StartupError(
-            f"model directory {config.model} not found. Train/download the embedded model into "
-            "models/receptionist-tiny (see README) or pass --model DIR."
-        )
+        if Path(config.model).resolve() == DEFAULT_MODEL_DIR.resolve():
+            raise StartupError(
+                f"the embedded model is missing ({config.model}): reinstall diffvoice, or pass "
+                "--model DIR (a checkpoint directory; see docs/checkpoints.md)")
+        raise StartupError(f"--model {config.model}: no such directory (a checkpoint directory "
+                           "holds config.json and the weights; see docs/checkpoints.md)")
     started = time.perf_counter()
     try:
         engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
@@ -71,6 +95,9 @@ def load_state(config: ServeConfig, *, replica_id: str | None = None, metrics=No
     )
     try:
         state = AppState.create(config, engine, metrics=metrics)
+    except ValueError as e:  # a setting that names nothing usable (--asr, --tts, ...)
+        engine.close()
+        raise StartupError(str(e)) from None
     except BaseException:
         engine.close()
         raise

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = build_app(state)
         url = f"http://{config.host}:{config.port}/"
-        logger.info(f"serving {'the API' if config.api_only else 'the voice demo'} at {url}")
+        logger.info(f"starting {'the API' if config.api_only else 'the voice demo'} at {url}: "
+                    "it takes calls once warm (a 'ready' line follows; GET /healthz says ok)")
         for line in twilio_banner(config):
             logger.info(line)
         from diffvoice.voice.http_limits import uvicorn_options

@@ -155,6 +155,7 @@ def uvicorn_options(config, *, http: str | None = None) -> dict[str, Any]:
                 else _http_protocol(header_timeout_s))
     return {
         "log_level": "warning",
+        "log_config": None,  # uvicorn's records go through the process's one format (voice.app)
         "http": protocol,
         "timeout_keep_alive": config.keep_alive_timeout_s,
         "limit_concurrency": config.max_sessions + config.connection_headroom,

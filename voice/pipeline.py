@@ -163,6 +163,7 @@ def build_pipeline(
             except Exception as e:  # a full disk must not end the call
                 logger.warning(f"latency log write failed: {e!r}")
         state.metrics.observe_turn(record)
+        logger.info(turn_line(record))
         if on_latency is not None:
             on_latency(record)
 
@@ -248,3 +249,19 @@ def build_pipeline(
     worker.diffvoice_llm = llm
     worker.diffvoice_turn_end = meaning
     return pipeline, worker
+
+
+def turn_line(record: dict) -> str:
+    """The one INFO line a turn gets: who, what was heard and said, and where the time went."""
+
+    def ms(key: str) -> str:
+        value = record.get(key)
+        return "-" if value is None else f"{value:.0f}"
+
+    heard = (record.get("user_text") or "")[:80]
+    said = (record.get("bot_text") or "")[:80]
+    flags = "".join((" interrupted" if record.get("interrupted") else "",
+                     " draft-hit" if record.get("draft_hit") else ""))
+    return (f"turn {record.get('session_id')}#{record.get('turn')}: heard {heard!r} -> "
+            f"said {said!r} | server {ms('server_ms')} ms (endpointing {ms('endpointing_ms')}, "
+            f"asr {ms('asr_ms')}, llm {ms('llm_ttft_ms')}, tts {ms('tts_first_audio_ms')}){flags}")

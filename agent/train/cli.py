@@ -38,9 +38,11 @@ _HELP = {
     "seed": "seed for data, masks and initialisation",
     "max_steps": "optimizer steps (the learning-rate schedule spans them, unless the time budget "
                  "ends the run first)",
-    "time_budget_s": "stop after this many seconds of training loop; the learning-rate schedule "
-                     "decays by then too, so a busy machine gets fewer steps, not an undecayed "
-                     "model (0 = no budget: exactly --max-steps, for a reproducible run)",
+    "time_budget_s": "the whole command ends within this many seconds: the training loop gets "
+                     "what setup, the paraphrase bank and verification leave, and its "
+                     "learning-rate schedule decays by then too, so a busy machine gets fewer "
+                     "steps, not an undecayed model (0 = no budget: exactly --max-steps, for a "
+                     "reproducible run)",
     "stop_at_step": "pause after this step (schedule unchanged); run again to resume",
     "batch_size": "examples per step",
     "lr": "peak learning rate (AdamW)",
@@ -67,7 +69,7 @@ _HELP = {
     "threads": "torch CPU threads",
     "export_dtype": "dtype of model.safetensors",
     "resume": "resume from OUT/train_state.pt when present",
-    "progress": "show a progress bar",
+    "progress": "show a progress bar (without it: a line a minute on stderr)",
     "verify_snaps": "at the end, decode every training question once and record those the model "
                     "answers as trained (paraphrase_verified.json, ~2 min): paraphrase snapping "
                     "prefers them (agent.verify_bank)",

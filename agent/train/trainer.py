@@ -21,6 +21,7 @@ import json
 import math
 import random
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ class TrainConfig:
     facts: str = str(DEFAULT_FACTS_PATH)
     seed: int = 0
     max_steps: int = 3500
-    time_budget_s: float | None = 1590.0  # + bank (~25 s) + verified record (~2 min) <= 30 min
+    time_budget_s: float | None = 1800.0  # the whole command: setup, loop, bank, verify
     stop_at_step: int | None = None
     batch_size: int = 32
     lr: float = 2e-3
@@ -111,14 +112,17 @@ class TrainConfig:
             raise ValueError(f"vocab_size must be >= 300, got {self.vocab_size}")
 
 
-def lr_factor(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
+def lr_factor(cfg: TrainConfig, step: int, elapsed_s: float,
+              loop_budget_s: float | None = None) -> float:
     """Linear warmup, then cosine decay to min_lr_ratio. Progress is the step fraction, or the
-    time-budget fraction when that is further along (so a budget-cut run still decays)."""
+    loop's time-budget fraction when that is further along (so a budget-cut run still decays).
+    `loop_budget_s` is the training loop's share of the command's budget (default: all of it)."""
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-    if cfg.time_budget_s:
-        progress = max(progress, elapsed_s / cfg.time_budget_s)
+    budget = loop_budget_s if loop_budget_s is not None else cfg.time_budget_s
+    if budget:
+        progress = max(progress, elapsed_s / budget)
     progress = min(1.0, progress)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
@@ -243,6 +247,37 @@ def export(model: DiffusionLM, cfg: TrainConfig, out: Path) -> None:
         shutil.copy(cfg.facts, out / "facts.yaml")
 
 
+def say(message: str) -> None:
+    """A progress line on stderr, with or without the progress bar (stdout ends with the
+    summary's JSON)."""
+    print(f"diffvoice train: {message}", file=sys.stderr, flush=True)
+
+
+def tail_reserve_s(cfg: TrainConfig, out: Path, gen: DataGenerator) -> float:
+    """Seconds the steps after the training loop are given out of the command's budget: the
+    paraphrase bank at this machine's measured embedding rate (a 32-question sample, the
+    encoder then stays loaded for the bank), plus verification's share (a tenth of the budget,
+    at least 60 s; verification stops at the budget's end and records what it did not decode
+    as unverified)."""
+    reserve = 0.0
+    try:
+        from diffvoice.agent.paraphrase import Encoder
+        from diffvoice.agent.paraphrase_bank import bank_entries
+
+        texts = [e.text for e in bank_entries(gen)]
+        started = time.perf_counter()
+        encoder = Encoder.shared()
+        loaded = time.perf_counter()
+        encoder.encode(texts[:32])
+        per_text = (time.perf_counter() - loaded) / max(1, min(32, len(texts)))
+        reserve += (loaded - started) + 1.5 * per_text * len(texts)  # 1.5: the machine may slow
+    except ImportError:
+        pass
+    if cfg.verify_snaps:
+        reserve += max(60.0, 0.1 * (cfg.time_budget_s or 0.0))
+    return reserve
+
+
 def _paraphrase_bank(out: Path) -> str | None:
     """Embed the fact sheet's training questions for paraphrase snapping (stored next to the
     model; ~25 s for a new fact sheet); None when the encoder package is not installed."""
@@ -257,19 +292,32 @@ def _paraphrase_bank(out: Path) -> str | None:
     return str(out / BANK_FILE)
 
 
-def _verify_snaps(out: Path, threads: int) -> str | None:
+def _verify_snaps(out: Path, threads: int, deadline: float | None = None) -> str | None:
     """Record which training questions the trained model answers as trained (~2 min on this
-    project's CPU for the default fact sheet); None without a paraphrase bank."""
+    project's CPU for the default fact sheet); None without a paraphrase bank. Questions not
+    decoded by `deadline` (time.monotonic()) are recorded as not verified."""
     from diffvoice.agent.train.verify_bank import VERIFIED_FILE, verify
 
-    verify(out, threads=threads)
+    verify(out, threads=threads, deadline=deadline, progress=say)
     return str(out / VERIFIED_FILE)
 
 
 def train(cfg: TrainConfig) -> dict:
+    """Train; with `cfg.time_budget_s` the whole command (setup, loop, bank, verification)
+    ends within the budget: the loop gets what setup and `tail_reserve_s` leave."""
+    command_start = time.monotonic()
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
+    say("setting up (training data, tokenizer, model)")
     gen, tok, mcfg, model = setup(cfg)
+    loop_budget = None
+    if cfg.time_budget_s:
+        reserve = tail_reserve_s(cfg, out, gen)
+        setup_s = time.monotonic() - command_start
+        loop_budget = max(0.0, cfg.time_budget_s - setup_s - reserve)
+        say(f"time budget {cfg.time_budget_s:.0f} s: setup took {setup_s:.0f} s, the training "
+            f"loop gets {loop_budget:.0f} s, {reserve:.0f} s are kept for the paraphrase bank "
+            "and verification")
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -305,8 +353,11 @@ def train(cfg: TrainConfig) -> dict:
     last_save = time.perf_counter()
     window_tokens, window_start, loss_ema = 0, time.perf_counter(), None
     last_step = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
-    while step < last_step and not (cfg.time_budget_s and elapsed >= cfg.time_budget_s):
-        factor = lr_factor(cfg, step, elapsed)
+    say(f"training: up to {last_step} steps" + (f" or {loop_budget:.0f} s" if loop_budget else "")
+        + ("" if cfg.progress else " (a line a minute)"))
+    last_line = time.perf_counter()
+    while step < last_step and not (loop_budget is not None and elapsed >= loop_budget):
+        factor = lr_factor(cfg, step, elapsed, loop_budget)
         for group in opt.param_groups:
             group["lr"] = cfg.lr * factor
         batch = make_batch(step)
@@ -336,11 +387,19 @@ def train(cfg: TrainConfig) -> dict:
         if now - last_save >= cfg.save_every_s:
             save()
             last_save = time.perf_counter()
+        if not cfg.progress and now - last_line >= 60.0:
+            say(f"step {step}/{last_step}, loss {loss_ema:.3f}, {tokens_per_s:.0f} tok/s, "
+                f"{elapsed:.0f} s")
+            last_line = now
     bar.close()
     save()
     log.close()
+    say(f"trained {step} steps in {elapsed:.0f} s; embedding the paraphrase bank")
+    started = time.monotonic()
     bank = _paraphrase_bank(out)
-    verified = _verify_snaps(out, cfg.threads) if bank and cfg.verify_snaps else None
+    say(f"paraphrase bank done in {time.monotonic() - started:.0f} s")
+    deadline = command_start + cfg.time_budget_s if cfg.time_budget_s else None
+    verified = _verify_snaps(out, cfg.threads, deadline) if bank and cfg.verify_snaps else None
     summary = {"steps": step, "elapsed_s": round(elapsed, 1), "tokens_seen": tokens_seen,
                "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
                "final_loss_ema": None if loss_ema is None else round(loss_ema, 4),

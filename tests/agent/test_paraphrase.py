@@ -169,6 +169,7 @@ def test_stored_bank_is_used_only_when_it_matches(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "_BANKS", {})
     built = ParaphraseSnap.for_model(model)
     assert (model / BANK_FILE).is_file() and len(built.entries) == len(small)
+    assert (model / BANK_FILE).stat().st_mode & 0o777 == 0o644  # as the model's other files
     digest = P._digest(small)
     stored = _stored(model / BANK_FILE, digest)
     assert torch.allclose(stored, built.embeddings, atol=2e-3)  # float16 on disk

@@ -81,3 +81,18 @@ def test_verify_records_what_the_engine_really_answers(tmp_path):
             assert right == (entries[i].text not in missed), (entries[i].text, reply, conf)
     finally:
         engine.close()
+
+
+def test_verification_cut_by_its_deadline_verifies_nothing_it_did_not_decode(tmp_path):
+    """`diffvoice train`'s budget ends verification: what was not decoded by then is recorded
+    as missed (not verified), so snapping never prefers a question nobody checked."""
+    import time
+
+    model = tmp_path / "m"
+    shutil.copytree(MODEL, model)
+    lines = []
+    rec = verify(model, every=1, concurrency=8, deadline=time.monotonic(), progress=lines.append)
+    entries = _entries(model)
+    assert rec["n"] == len(targets(entries)) == rec["n_not_decoded"] == len(rec["missed"])
+    assert rec["n_answered"] == 0 and all(m["reply"] is None for m in rec["missed"])
+    assert load_verified(model, entries) == frozenset()  # a whole record: none verified

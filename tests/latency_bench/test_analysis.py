@@ -57,3 +57,15 @@ def test_findings_quote_p99_with_enough_turns():
 def test_no_turns_no_findings():
     assert tail_findings({}) == []
     assert tail_findings({2: []}) == []
+
+
+def test_overlapping_stages_give_no_negative_other():
+    """Recognition overlaps the turn-end decision: stages can add up to more than the whole.
+    The finding says by how much instead of printing a negative 'other'."""
+    rng = np.random.default_rng(3)
+    turns = _turns(rng, 40)
+    for t in turns:
+        t["voice_to_voice_ms"] -= 400.0  # asr ran during endpointing: 400 ms counted twice
+    finding = tail_findings({1: turns})[0]
+    assert "other" not in finding and " -" not in finding and "(-" not in finding
+    assert "exceed voice_to_voice by 3" in finding  # ~340 ms (400 less the 60 ms other)

@@ -84,12 +84,16 @@ def test_write_outputs_round_trip(tmp_path):
     assert summary["count"] == 24
     assert (f"| llm_ttft_ms | 24 | {summary['mean']:,.0f} | {summary['p50']:,.0f} | "
             f"{summary['p90']:,.0f} | {summary['p95']:,.0f} | n/a | {summary['max']:,.0f} |") in md
-    assert f"{summary['p50']:,.0f} / n/a (24)" in md            # the sweep table shows n
+    # the sweep table's tail is the highest percentile every level supports: 12 turns -> p90
+    assert "## p50 / p90 versus concurrency" in md and "p50 / p99" not in md
+    assert f"{summary['p50']:,.0f} / {summary['p90']:,.0f} (24)" in md  # and shows n
     assert "p99 from n >= 100" in md
     assert "| 4 | 49 | 1 | 0 |" in md                       # turns/errors/timeouts per level
     assert "voice-cdf.png" in md and "Tail <b>dominated</b> by ASR." in md
     html = written["html"].read_text()
     assert "Tail &lt;b&gt;dominated&lt;/b&gt; by ASR." in html   # escaped
+    assert "p50 / p90 (n)" in html and "p50 / p99" not in html
+    assert html.count('<div class="wide"><table>') == 4  # tables scroll, the page does not
     assert not re.search(r"""(src|href)=["'](?!data:)""", html)  # self-contained
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 2
@@ -117,3 +121,14 @@ def test_outputs_keep_every_dot_of_the_name(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "pause-0.1.html", "pause-0.1.json", "pause-0.1.md",
         "pause-0.2.html", "pause-0.2.json", "pause-0.2.md"]
+
+
+def test_sweep_tail_is_what_the_smallest_level_supports():
+    from diffvoice.latency_bench.report import sweep_tail
+
+    def report(*counts):
+        return {"sweep": [{"stages": {"voice_to_voice_ms": {"count": c}, "asr_ms": None}}
+                          for c in counts]}
+
+    assert [sweep_tail(report(*c)) for c in ((100, 400), (99, 400), (20,), (10, 12), (9, 100))] \
+        == ["p99", "p95", "p95", "p90", "max"]

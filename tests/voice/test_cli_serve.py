@@ -27,8 +27,45 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 def test_missing_model_exits_with_a_message(tmp_path, capsys):
     assert cli_serve.run(_args(["--model", str(tmp_path / "nope")])) == 2
+    err = capsys.readouterr().err
+    assert f"--model {tmp_path / 'nope'}: no such directory" in err
+    assert "Train/download" not in err  # the flag was given: no advice to pass it
     assert cli_serve.run(_args(["--stop-secs", "99"])) == 2
     assert "stop_secs" in capsys.readouterr().err
+
+
+def test_an_unknown_recogniser_is_an_error_not_another_recogniser(tmp_path, capsys):
+    """`--asr whisper-tiny` (a typo for whisper-tiny.en) stops the server with one line naming
+    it, instead of serving calls on pocketsphinx with a warning."""
+    from diffvoice.engine.testing import make_random_checkpoint
+
+    ckpt = make_random_checkpoint(tmp_path / "m", family="sdar")
+    assert cli_serve.run(_args(["--model", str(ckpt), "--asr", "whisper-tiny",
+                                "--device", "cpu"])) == 2
+    err = capsys.readouterr().err
+    assert "--asr 'whisper-tiny'" in err and "whisper-tiny.en" in err, err
+    assert "Traceback" not in err
+
+
+def test_one_log_format_for_loguru_and_the_standard_library(capfd):
+    import logging
+
+    from loguru import logger
+
+    from diffvoice.voice.app import configure_logging
+
+    configure_logging("INFO")
+    try:
+        logging.getLogger("diffvoice.engine.worker").warning("from the standard library")
+        logger.warning("from loguru")
+        logging.getLogger("quiet").debug("below the level")
+    finally:
+        logging.basicConfig(force=True)
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "from " in ln]
+    assert len(lines) == 2, lines
+    shapes = [ln.split(" | ")[1].strip() for ln in lines]
+    assert shapes == ["WARNING", "WARNING"], lines
+    assert "diffvoice.engine.worker - from the standard library" in lines[0]
 
 
 def test_build_app_mounts_voice_api_and_telephony_routes(random_engine):

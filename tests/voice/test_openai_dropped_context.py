@@ -30,7 +30,8 @@ class _State:
     config: _Config
 
 
-def test_dropped_system_prompt_and_old_turns_are_reported(caplog):
+def test_dropped_system_prompt_and_old_turns_are_reported(caplog, monkeypatch):
+    monkeypatch.setattr("diffvoice.voice.openai_api.router._DROPPED_WARNED", set())
     engine = Engine.from_pretrained(DEFAULT_MODEL_DIR, EngineConfig(max_running=2))
     app = FastAPI()
     app.include_router(make_router(_State(engine, _Config())))
@@ -58,3 +59,20 @@ def test_dropped_system_prompt_and_old_turns_are_reported(caplog):
     assert "x-diffvoice-dropped" not in plain.headers or "system" not in \
         plain.headers["x-diffvoice-dropped"]
     assert any("ignores" in r.getMessage() for r in caplog.records)
+
+
+def test_the_log_warns_once_per_kind_of_dropped_message(caplog, monkeypatch):
+    """A property of the model, not of a request: one WARNING per kind, DEBUG after that."""
+    import logging
+    from types import SimpleNamespace
+
+    from diffvoice.voice.openai_api import router
+
+    monkeypatch.setattr(router, "_DROPPED_WARNED", set())
+    dropped = iter([{"history": 2}, {"history": 4}, {"history": 1, "system": 1}, {}])
+    engine = SimpleNamespace(tokenizer=SimpleNamespace(dropped=lambda messages: next(dropped)))
+    caplog.set_level(logging.DEBUG, logger=router.__name__)
+    texts = [router._dropped_context(engine, [], f"r{i}") for i in range(4)]
+    assert texts == ["history=2", "history=4", "history=1,system=1", ""]
+    levels = [r.levelname for r in caplog.records if "ignores" in r.getMessage()]
+    assert levels == ["WARNING", "DEBUG", "WARNING"]

@@ -14,8 +14,10 @@ downloaded), a local CTranslate2
 directory (must hold model.bin and tokenizer.json, else faster-whisper would go to the hub), or
 "pocketsphinx" (bundled en-us acoustic model + a domain bigram LM built from the receptionist
 questions of `facts_path`, see voice.asr.pocketsphinx_lm) or "pocketsphinx-general" (its bundled
-general English LM). Whenever no whisper model resolves, falls back to "pocketsphinx" with a
-warning; it never raises for a missing model.
+general English LM). With "auto", when no whisper model resolves it falls back to "pocketsphinx"
+with a warning (shown on the page); any other spec that resolves to no model is a ValueError
+naming it and what would work (a typo such as "whisper-tiny" never starts a server on another
+recogniser).
 `asr_prompt` (whisper): "off" (the default) decodes without a prompt, "auto" primes the decoder
 with the receptionist's domain prompt when a fact sheet is given (voice.asr.domain_prompt; the
 name gains "+domain-prompt"), any other text is the prompt itself.
@@ -289,15 +291,24 @@ def resolve_asr(
             options=whisper_options,
             budget=PassBudget(whisper_workers(device)[0]),
         )
-    what = (
-        "no faster-whisper model found on disk"
-        if spec == "auto"
-        else f"whisper model {spec!r} not available offline"
-    )
+    if spec != "auto":
+        raise ValueError(_unresolved(spec, warnings))
     warnings.append(
-        f"{what}; using pocketsphinx en-us instead (much less accurate). Put a CTranslate2 "
-        "Whisper model under models/whisper-<name>/ or pass --asr DIR."
+        "no faster-whisper model found on disk; using pocketsphinx en-us instead (much less "
+        "accurate). Put a CTranslate2 Whisper model under models/whisper-<name>/ or pass --asr DIR."
     )
     for w in warnings:
         logger.warning(f"ASR: {w}")
     return load_pocketsphinx(warnings, facts_path=facts_path)
+
+
+ASR_CHOICES = ("auto", "pocketsphinx", "pocketsphinx-general", "whisper", "whisper-tiny.en",
+               "whisper-base")
+
+
+def _unresolved(spec: str, warnings: list[str]) -> str:
+    """One line: what --asr named, why it did not load, and what does."""
+    why = "; ".join(warnings) if warnings else (
+        "not a directory, and no faster-whisper model of that name is in the local cache")
+    return (f"--asr {spec!r}: {why}. Use one of {', '.join(ASR_CHOICES)}, a faster-whisper model "
+            "name already in the Hugging Face cache, or a CTranslate2 Whisper directory")

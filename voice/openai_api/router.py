@@ -78,9 +78,18 @@ def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
         return ""
     text = ",".join(f"{k}={v}" for k, v in sorted(dropped.items()))
     if text:
-        log.warning("%s: the model's chat template ignores %s message(s) (%s); see "
-                    "docs/openai-api.md", request_id, sum(dropped.values()), text)
+        kinds = frozenset(dropped)
+        # a property of the model, not of the request: a WARNING the first time a kind of
+        # message is left out, DEBUG after that (each response says it in its header)
+        level = logging.DEBUG if kinds <= _DROPPED_WARNED else logging.WARNING
+        _DROPPED_WARNED.update(kinds)
+        log.log(level, "%s: the model's chat template ignores %s message(s) (%s); see "
+                "docs/openai-api.md (logged at WARNING once per kind)", request_id,
+                sum(dropped.values()), text)
     return text
+
+
+_DROPPED_WARNED: set[str] = set()
 
 
 def _agent_for(state: Any, chat: ChatRequest) -> tuple[Any, ClarifyRecord | None]:

@@ -1,5 +1,6 @@
-"""Offline ASR resolution: whisper from a local CTranslate2 dir; anything unresolvable falls back
-to pocketsphinx with a warning that reaches the browser, never a crash."""
+"""Offline ASR resolution: whisper from a local CTranslate2 dir; `auto` with no whisper model
+falls back to pocketsphinx with a warning that reaches the browser; a named recogniser that does
+not resolve is a one-line error naming it (a typo never serves calls on another recogniser)."""
 
 from __future__ import annotations
 
@@ -59,19 +60,36 @@ def test_local_ct2_dir_loads_whisper_and_transcribes(speech):
     assert result.encode_ms > 0 and result.decode_ms > 0
 
 
-def test_unknown_model_falls_back_to_pocketsphinx():
-    backend = resolve_asr("Systran/faster-whisper-no-such-model", "cpu")
-    assert backend.kind == "pocketsphinx"
-    assert any("pocketsphinx" in w for w in backend.warnings)
+@pytest.mark.parametrize("spec", ["Systran/faster-whisper-no-such-model", "whisper-tiny",
+                                  "/no/such/dir"])
+def test_an_unknown_recogniser_is_an_error_naming_it(spec):
+    with pytest.raises(ValueError) as raised:
+        resolve_asr(spec, "cpu")
+    message = str(raised.value)
+    assert f"--asr {spec!r}" in message and "whisper-tiny.en" in message and "\n" not in message
 
 
 def test_dir_without_tokenizer_is_not_loaded(tmp_path):
     broken = tmp_path / "whisper"
     shutil.copytree(TINY_WHISPER, broken)
     (broken / "tokenizer.json").unlink()  # faster-whisper would fetch one from the hub
-    backend = resolve_asr(str(broken), "cpu")
+    with pytest.raises(ValueError, match="tokenizer.json"):
+        resolve_asr(str(broken), "cpu")
+
+
+def _no_whisper_anywhere(monkeypatch):
+    import diffvoice.voice.asr.resolve as resolve
+
+    monkeypatch.setattr(resolve, "_local_candidates", lambda: [])
+    monkeypatch.setattr(resolve, "auto_order", lambda device: ())
+    monkeypatch.setattr(resolve, "AUTO_WHISPER_NAMES", ("no-such-whisper-model",))
+
+
+def test_auto_without_any_whisper_falls_back_to_pocketsphinx(monkeypatch):
+    _no_whisper_anywhere(monkeypatch)
+    backend = resolve_asr("auto", "cpu")
     assert backend.kind == "pocketsphinx"
-    assert any("tokenizer.json" in w for w in backend.warnings)
+    assert any("pocketsphinx" in w for w in backend.warnings)
 
 
 @pytest.mark.parametrize("question", [
@@ -105,11 +123,12 @@ def test_domain_lm_is_a_normalized_bigram(tmp_path):
         assert abs(total - 1.0) < 1e-9, h
 
 
-async def test_fallback_warning_reaches_the_browser(random_engine):
+async def test_fallback_warning_reaches_the_browser(random_engine, monkeypatch):
     from diffvoice.voice.config import ServeConfig
     from diffvoice.voice.state import AppState
 
-    config = ServeConfig(port=0, model="random-sdar", asr="no-such-whisper-model")
+    _no_whisper_anywhere(monkeypatch)
+    config = ServeConfig(port=0, model="random-sdar", asr="auto")
     state = AppState.create(config, random_engine)
     assert state.asr.kind == "pocketsphinx"
     with LiveServer(state) as server:

@@ -30,16 +30,15 @@ def test_counts_follow_routed_and_completed_requests_by_id():
     assert counts["a"] == counts["b"] == 0 and not counts._requests  # nothing kept for idle ones
 
 
-def test_ranks_group_replicas_by_ongoing_requests_fewest_first():
+def test_ranks_hold_one_replica_each_fewest_first():
     rng = random.Random(0)
     for _ in range(200):
         ongoing = {name: rng.randrange(4) for name in "abcdef"}
         ranks = rank_by_ongoing(list(ongoing), ongoing, rng=rng)
-        assert sorted(r for rank in ranks for r in rank) == sorted(ongoing)  # each once
-        levels = [{ongoing[r] for r in rank} for rank in ranks]
-        assert all(len(level) == 1 for level in levels)  # one count per rank
-        flat = [level.pop() for level in levels]
-        assert flat == sorted(set(ongoing.values()))  # fewest first, every count once
+        assert all(len(rank) == 1 for rank in ranks)
+        order = [rank[0] for rank in ranks]
+        assert sorted(order) == sorted(ongoing)  # each once
+        assert [ongoing[r] for r in order] == sorted(ongoing.values())  # fewest first
     assert rank_by_ongoing([], {}) == []
 
 
@@ -50,12 +49,34 @@ def test_ties_are_shared_evenly():
     assert set(first) == {"a", "b", "c"} and min(first.values()) > 850
 
 
-def test_a_burst_of_requests_spreads_when_each_goes_to_the_first_rank():
-    """What the v1 test sees through Ray: 12 requests arriving at once, each placed on its first
-    rank's first replica and counted as routed before the next one is ranked."""
+def test_a_burst_of_requests_spreads_before_ray_confirms_any():
+    """What the v1 test sees through Ray: 12 requests arriving at once are all ranked before
+    Ray's `on_request_routed` (which waits for the replica's answer) fires for the first one.
+    Each counts on its first rank's replica from the moment it is ranked."""
     counts = OngoingCounts()
     replicas = [f"replica-{i}" for i in range(2)]
+    placed = []
     for i in range(12):
         chosen = rank_by_ongoing(replicas, counts, rng=random.Random(i))[0][0]
-        counts.routed(chosen, f"req{i}")
-    assert [counts[r] for r in replicas] == [6, 6]
+        counts.placing(chosen, f"req{i}")
+        placed.append(chosen)
+    assert collections.Counter(placed) == {"replica-0": 6, "replica-1": 6}
+    for i in reversed(range(12)):  # Ray confirms them in any order, one went elsewhere
+        counts.routed(replicas[0] if i == 0 else placed[i], f"req{i}")
+    assert counts["replica-0"] + counts["replica-1"] == 12
+    assert counts["replica-0"] == 6 + (placed[0] != "replica-0")
+
+
+def test_a_placement_ray_never_reports_stops_counting():
+    now = [0.0]
+    counts = OngoingCounts(ttl_s=5.0, clock=lambda: now[0])
+    counts.placing("a", "cancelled-while-waiting")
+    counts.placing("a", "rejected")
+    assert counts["a"] == 2
+    counts.completed("a", "rejected")  # rejected by a full replica: Ray completes it unrouted
+    assert counts["a"] == 1
+    now[0] = 5.1
+    assert counts["a"] == 0 and not counts._placing
+    counts.placing("b", "r1")
+    counts.placing("a", "r1")  # ranked again (Ray's retry): counts where it is now headed
+    assert (counts["a"], counts["b"]) == (1, 0)
