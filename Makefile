@@ -16,6 +16,9 @@ TORCH_INDEX ?=
 TORCH_INSTALL ?= yes
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# `make test` runs the suite in this many worker processes, each module whole on one worker
+# (most tests wait on real-time audio and servers: 4 workers share 2 cores well); 0 = one process
+TEST_WORKERS ?= 4
 
 .PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix bench-voice-turns bench-voice-turns-defaults clean
 
@@ -55,7 +58,7 @@ demo: setup
 	$(VENV)/bin/diffvoice serve --host $(HOST) --port $(PORT)
 
 test: setup-dev system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 lint: setup-dev
 	$(VENV)/bin/ruff check .

@@ -51,3 +51,39 @@ if _spec is None or _Path(_spec.origin).resolve().parent != _repo / "engine":
     raise RuntimeError(
         f"`diffvoice.engine` resolves to {_spec.origin if _spec else None}, not {_repo}/engine: "
         f"install this checkout first: `python -m pip install --no-deps -e {_repo}`")
+
+
+# --- parallel runs (`make test` runs `pytest -n 4 --dist loadfile`, see the Makefile) ---
+# Most of the suite waits on real-time audio, servers and sockets (one process kept ~0.6 of
+# this 2-core machine busy), so four workers share the two cores. Each worker's torch gets its
+# share of the cores, so CPU-bound tests in different workers do not oversubscribe them.
+import json as _json  # noqa: E402
+
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker is not None:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
+
+# The modules' measured seconds (tests/durations.json, from `pytest --junitxml` on the 2-core
+# machine; refresh it with tests/durations.py): the longest modules are handed out first, so a
+# long module never starts last and runs alone at the end. Modules not listed go last, in the
+# order pytest collected them. The order changes nothing else: each module still runs whole on
+# one worker, in its own order.
+_DURATIONS = _Path(__file__).with_name("durations.json")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        seconds = _json.loads(_DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    root = _repo
+
+    def weight(item) -> float:
+        try:
+            rel = str(_Path(item.fspath).resolve().relative_to(root))
+        except ValueError:
+            return 0.0
+        return float(seconds.get(rel, 0.0))
+
+    items.sort(key=lambda item: -weight(item))  # stable: same-module order is kept

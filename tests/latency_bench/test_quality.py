@@ -74,9 +74,11 @@ def test_quality_columns_beside_latency_in_the_report():
     md = render_markdown(report)
     assert "ASR WER (n)" in md and "task success (n)" in md
     assert "| 8% (2) | 50% (2) |" in md
-    assert "501 / n/a (3)" in md                                # n = 3: no p99
+    # the sweep's tail column is what its smallest level supports: n = 3 -> max, for both
+    assert "p50 / max (n)" in md and "501 / 502 (3)" in md
+    assert "/ 619 (120)" in md
     p99 = report["sweep"][1]["stages"]["voice_to_voice_ms"]["p99"]
-    assert f"/ {p99:,.0f} (120)" in md                           # n = 120: p99 shown
+    assert f"| {p99:,.0f} | 619 |" in md                           # n = 120: its p99 below
     assert "- server machine: cpu=EPYC x2" in md and "- load generator machine: cpu=laptop" in md
 
 

@@ -228,9 +228,10 @@ def test_playback_queue_is_gap_free_and_flushes_at_once(playwright_driver):
 @pytest.fixture(scope="module")
 def voice_state(random_engine, tmp_path_factory):
     """The real server state: random-weight diffusion LLM (conftest's `random_engine`), espeak
-    TTS, and an ASR spec that names a Whisper model which is not on disk, so the server falls
-    back to pocketsphinx and warns, and the page must show that warning."""
-    from diffvoice.voice.asr.resolve import resolve_asr
+    TTS, and `--asr auto` on a machine where no Whisper model is found (the lookup is pointed
+    at none), so the server falls back to pocketsphinx and warns, and the page must show that
+    warning."""
+    import diffvoice.voice.asr.resolve as resolve
     from diffvoice.voice.config import ServeConfig
     from diffvoice.voice.state import AppState
 
@@ -239,13 +240,17 @@ def voice_state(random_engine, tmp_path_factory):
         port=0,
         model="random-sdar",
         device="cpu",
-        asr=str(tmp / "whisper-not-downloaded"),
+        asr="auto",
         stop_secs=0.8,  # the page asks for STOP_SECS in session.start; the row must show that
         max_new_tokens=16,
         max_sessions=4,
         latency_log=str(tmp / "turns.jsonl"),
     )
-    asr = resolve_asr(config.asr, "cpu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(resolve, "_local_candidates", lambda: [])
+        mp.setattr(resolve, "auto_order", lambda device: ())
+        mp.setattr(resolve, "AUTO_WHISPER_NAMES", ("no-such-whisper-model",))
+        asr = resolve.resolve_asr(config.asr, "cpu")
     assert asr.kind == "pocketsphinx", asr
     return AppState.create(config, random_engine, asr=asr)
 

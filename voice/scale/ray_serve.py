@@ -20,6 +20,9 @@ Placement and admission:
   still answers) replaces it and new calls go to the live ones meanwhile.
 - Twilio's webhook can be answered by any replica: the stream token is an HMAC of the CallSid
   under the Twilio auth token, so whichever replica receives the stream can check it.
+- Start-up on a busy machine: Serve kills an HTTP proxy that is not ready within 5 s (then 10,
+  15, ... s) and starts another, and `serve.start` fails if the one it waited on was killed.
+  `start` tries again (`START_TRIES`) and returns only once the proxy answers on its port.
 
 Knows nothing about pipecat or the engine's internals; needs the optional `ray` extra.
 """
@@ -37,6 +40,8 @@ DEPLOYMENT_NAME = "VoiceReplica"
 METRICS_POST_INTERVAL_S = 2.0
 # /v1 requests share a replica with its calls: room for this many in flight beyond max_sessions
 API_HEADROOM = 16
+START_TRIES = 4  # serve.start attempts while Serve replaces proxies that were slow to start
+PROXY_WAIT_S = 180.0  # how long `start` waits for the HTTP proxy to answer after the app runs
 
 
 class VoiceReplica:
@@ -197,9 +202,46 @@ def start(config: ServeConfig, *, blocking: bool = False):
     if not ray.is_initialized():
         ray.init(address=config.ray_address, include_dashboard=False,
                  log_to_driver=False, ignore_reinit_error=True)
-    serve.start(http_options={"host": config.host, "port": config.port})
-    return serve.run(build_application(config), name=APP_NAME, route_prefix="/",
-                     blocking=blocking)
+    for attempt in range(1, START_TRIES + 1):
+        try:
+            serve.start(http_options={"host": config.host, "port": config.port})
+            break
+        except (ray.exceptions.RayActorError, TimeoutError) as e:
+            if attempt == START_TRIES:
+                raise
+            from loguru import logger
+
+            logger.warning(f"Ray Serve's HTTP proxy did not start ({type(e).__name__}); "
+                           f"Serve starts another (try {attempt + 1} of {START_TRIES})")
+    handle = serve.run(build_application(config), name=APP_NAME, route_prefix="/",
+                       blocking=False)
+    wait_for_proxy(config.host, config.port, PROXY_WAIT_S)
+    if blocking:
+        while True:
+            time.sleep(3600)
+    return handle
+
+
+def wait_for_proxy(host: str, port: int, timeout_s: float) -> None:
+    """Until Serve's HTTP proxy on host:port answers its own health route (`/-/healthz`);
+    TimeoutError after `timeout_s`."""
+    import urllib.error
+    import urllib.request
+
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host).strip("[]")
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/-/healthz"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"Ray Serve's HTTP proxy on {host}:{port} did not answer "
+                               f"{url} within {timeout_s:.0f} s")
+        time.sleep(0.5)
 
 
 def run_ray(config: ServeConfig) -> int:
