@@ -17,7 +17,9 @@ TORCH_INSTALL ?= yes
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # `make test` runs the suite in this many worker processes, each module whole on one worker
-# (most tests wait on real-time audio and servers: 4 workers share 2 cores well); 0 = one process
+# (most tests wait on real-time audio and servers: 4 workers share 2 cores well), then the
+# modules marked `serial` (real-time calls across several server processes, which a machine
+# this size can only serve on its own) in one process; 0 = everything in one process
 TEST_WORKERS ?= 4
 
 .PHONY: demo test setup setup-dev system-deps lint bench-engine bench-voice bench-voice-matrix bench-voice-turns bench-voice-turns-defaults clean
@@ -57,8 +59,16 @@ system-deps:
 demo: setup
 	$(VENV)/bin/diffvoice serve --host $(HOST) --port $(PORT)
 
+# PYTHONDONTWRITEBYTECODE is cleared for the run: every worker and every server a test starts
+# imports the project's modules, and compiling them each time cost ~40% of a worker's collection
 test: setup-dev system-deps
-	$(PY) -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+ifeq ($(TEST_WORKERS),0)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q
+else
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -m "not serial" -n $(TEST_WORKERS) \
+	  --dist loadfile --no-loadscope-reorder
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -m serial
+endif
 
 lint: setup-dev
 	$(VENV)/bin/ruff check .

@@ -172,7 +172,7 @@ async () => {
     starts.push(player.lastStartTime);
   }
   await sleep(400);
-  const before = { ...player.stats, queued: player.queuedSecs() };
+  const before = { ...player.stats, queued: player.queuedSecs(), now: ctx.currentTime };
   const dropped = player.flush();
   await sleep(500);
   const after = { ...player.stats, queued: player.queuedSecs(), playing: player.playing };
@@ -206,9 +206,13 @@ def test_playback_queue_is_gap_free_and_flushes_at_once(playwright_driver):
     steps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     assert all(abs(s - chunk_secs) < 1e-9 for s in steps), steps
     before, after = result["before"], result["after"]
-    # 400 ms into a 2 s queue: some chunks played, most still queued
-    assert 3 <= before["chunksPlayed"] <= 12, before
-    assert before["queued"] > 1.0, before
+    # ~400 ms into a 2 s queue (longer on a loaded machine: timers run late, the audio clock
+    # does not): the chunks played are those the audio clock has passed (their `ended` events
+    # may lag it by a chunk or two), and audio is still queued for the flush to drop
+    passed = sum(start + chunk_secs <= before["now"] + 1e-6 for start in starts)
+    assert 3 <= before["chunksPlayed"] and passed - 2 <= before["chunksPlayed"] <= passed, \
+        (before, passed)
+    assert before["queued"] > 0.2, before
     assert before["peakPlayed"] > 0.2  # the tone (8000/32768) really went out
     # flush: everything still queued is dropped and nothing more plays out
     assert result["dropped"] == 50 - before["chunksPlayed"]
