@@ -28,7 +28,7 @@ from voice_fixtures import scaled
 
 from diffvoice.latency_bench.corpus import speech_only
 from diffvoice.latency_bench.speakers import Speaker, Synth
-from diffvoice.voice.smart_turn import shared_smart_turn
+from diffvoice.voice.smart_turn import SmartTurn
 from diffvoice.voice.turn_end import TurnSignals
 
 CHUNK = 640  # 20 ms at 16 kHz
@@ -62,7 +62,23 @@ def _starts(down) -> int:
 
 @pytest.fixture(scope="module")
 def smart():
-    return shared_smart_turn()
+    """This module's own Smart Turn session and pool (not the process's shared one), so no
+    other test's leftover work can delay a verdict these paths wait for."""
+    return SmartTurn()
+
+
+@pytest.fixture(scope="module")
+def own_engine(tmp_path_factory):
+    """This module's own random-weight engine (not the worker's shared `random_engine`): the
+    turn ends here wait for a draft, which requests other tests left running would queue."""
+    from diffvoice.engine import Engine, EngineConfig
+    from diffvoice.engine.testing import make_random_checkpoint
+
+    ckpt = make_random_checkpoint(tmp_path_factory.mktemp("ckpt") / "random-sdar", family="sdar")
+    engine = Engine.from_pretrained(ckpt, EngineConfig(device="cpu", max_running=8))
+    engine.warmup()
+    yield engine
+    engine.close()
 
 
 def test_smart_turn_hears_this_speech_as_the_rules_assume(smart):
@@ -74,12 +90,12 @@ def test_smart_turn_hears_this_speech_as_the_rules_assume(smart):
     assert p_done >= 0.5 and p_cut < TurnSignals().veto, (p_done, p_cut)
 
 
-async def test_a_complete_question_ends_at_its_pause(random_engine, smart):
+async def test_a_complete_question_ends_at_its_pause(own_engine, smart):
     """The turn ends on the sound's verdict and the draft being ready ("fast"), not on the
     window. The window is long (6 s) so that a verdict or a draft slowed by a loaded machine
     (the engine is shared with the worker's other tests) still comes before it: the decision
     waits for both, and the window is what a late one would fall back to."""
-    engine = CountingEngine(random_engine)
+    engine = CountingEngine(own_engine)
     pipeline, _, meaning = _pipeline(engine, window_secs=6.0, smart_turn=smart)
     frames = _said("how much does a cleaning cost") + [SleepFrame(scaled(6.2))]
     down, _ = await run_test(pipeline, frames_to_send=frames)
@@ -90,12 +106,12 @@ async def test_a_complete_question_ends_at_its_pause(random_engine, smart):
 
 
 @pytest.mark.parametrize("with_sound", [True, False])
-async def test_a_misheard_pause_mid_thought_waits_for_the_rest(random_engine, smart,
-                                                              with_sound):
+async def test_a_misheard_pause_mid_thought_waits_for_the_rest(own_engine, smart,
+                                                           with_sound):
     """ "can I book a" misheard as "Can I know okay" (what the server's Whisper made of it,
     docs/latency/turn-taking.md): complete words, but it sounds cut off. With the sound the turn
     waits and the caller's next words join it; on words alone it is cut in two."""
-    pipeline, _, meaning = _pipeline(CountingEngine(random_engine), window_secs=1.0,
+    pipeline, _, meaning = _pipeline(CountingEngine(own_engine), window_secs=1.0,
                                      smart_turn=smart if with_sound else None)
     frames = (_said("can I book a", heard="Can I know okay") + [SleepFrame(0.6)]
               + _said("cleaning on friday") + [SleepFrame(scaled(1.5))])
@@ -107,11 +123,11 @@ async def test_a_misheard_pause_mid_thought_waits_for_the_rest(random_engine, sm
         assert _starts(down) == 2 and meaning.decisions == ["fast", "fast"]
 
 
-async def test_a_one_word_answer_to_the_agents_question_ends_at_once(random_engine):
+async def test_a_one_word_answer_to_the_agents_question_ends_at_once(own_engine):
     context = LLMContext(messages=[{"role": "user", "content": "can I book a cleaning"},
                                    {"role": "assistant", "content": QUESTION}])
     pipeline, _, meaning = _pipeline(
-        CountingEngine(random_engine), window_secs=1.0, context=context,
+        CountingEngine(own_engine), window_secs=1.0, context=context,
         asked=lambda: context.get_messages()[-1]["content"])
     frames = _said("tuesday") + [SleepFrame(scaled(1.5))]
     down, _ = await run_test(pipeline, frames_to_send=frames)
@@ -119,8 +135,8 @@ async def test_a_one_word_answer_to_the_agents_question_ends_at_once(random_engi
     assert meaning.waited_secs[0] < 0.5
 
 
-async def test_one_word_with_no_question_asked_waits_the_window(random_engine):
-    pipeline, _, meaning = _pipeline(CountingEngine(random_engine), window_secs=1.0)
+async def test_one_word_with_no_question_asked_waits_the_window(own_engine):
+    pipeline, _, meaning = _pipeline(CountingEngine(own_engine), window_secs=1.0)
     frames = _said("tuesday") + [SleepFrame(scaled(1.8))]
     down, _ = await run_test(pipeline, frames_to_send=frames)
     assert _starts(down) == 1 and meaning.decisions == ["window"]
