@@ -34,8 +34,10 @@ OpenAI-style dicts; string content only (other parts are ignored). Knows nothing
 from __future__ import annotations
 
 import copy
+import functools
 import re
 
+from diffvoice.engine.constrained.layout import _pattern_times
 from diffvoice.engine.constrained.reading import aliased, times_mentioned
 
 KEY = "x-diffvoice-context"
@@ -43,6 +45,11 @@ ALIASES_KEY = "x-diffvoice-aliases"   # {enum value: [phrases callers use for it
 MAX_SPAN_WORDS = 3
 MAX_USER_MESSAGES = 6      # the latest ones; spans of older messages are not offered
 MAX_SPANS = 400
+# value-by-message checks one request's narrowing may make (context_checks): 2,000 one-word
+# values x 400 messages (800,000) took 0.7 s of this 2-core CPU, 2,000 two-word values 1.2 s;
+# a receptionist's 1,440 possible times over a 100-message call is ~145,000
+MAX_CONTEXT_CHECKS = 400_000
+PHRASE_CHECKS = 10  # a several-word value: a regex search of each message, not a set lookup
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 _ALL_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(24) for m in range(60))
 # "name_span": a person's name is never one of these (English function words, fillers, number
@@ -207,24 +214,58 @@ def _mentioned_in(values: list, text: str, aliases: dict | None = None) -> list:
             if v in times:
                 keep.append(v)
         elif v.lower() in words or v.lower() + "s" in words or v.lower() + "'s" in words or (
-                " " in v and re.search(rf"\b{re.escape(v.lower())}\b", blob)):
+                " " in v and _phrase(v.lower()).search(blob)):
             keep.append(v)
     return keep
 
 
-def _value_words(props: dict) -> frozenset:
-    """Lower-case words of every enum value (and ALIASES_KEY phrase) of the tool's other
-    properties: never part of a name ("a dental crown" names no one "dental")."""
-    words = set()
-    for p in props.values():
-        if not isinstance(p, dict):
-            continue
-        phrases = [v for v in p.get("enum") or [] if isinstance(v, str)]
-        phrases += [a for v in (p.get(ALIASES_KEY) or {}).values() for a in v or ()
+@functools.lru_cache(maxsize=4096)  # a request's enum values, compiled once, not per message
+def _phrase(value: str) -> re.Pattern:
+    return re.compile(rf"\b{re.escape(value)}\b")
+
+
+def _words_of(p) -> frozenset:
+    """Lower-case words of one property's enum values and ALIASES_KEY phrases."""
+    if not isinstance(p, dict):
+        return frozenset()
+    phrases = [v for v in p.get("enum") or [] if isinstance(v, str)]
+    aliases = p.get(ALIASES_KEY)
+    if isinstance(aliases, dict):
+        phrases += [a for v in aliases.values() if isinstance(v, list) for a in v
                     if isinstance(a, str)]
-        for v in phrases:
-            words.update(w for x in _WORD.findall(v.lower()) for w in (x, x.rstrip("s")))
-    return frozenset(words)
+    return frozenset(w for v in phrases for x in _WORD.findall(v.lower())
+                     for w in (x, x.rstrip("s")))
+
+
+class _OtherWords:
+    """The words of every property's values but one's own, tested without building the set:
+    never part of a name ("a dental crown" names no one "dental"). `skip` words count too."""
+
+    def __init__(self, counts: dict, own: frozenset, skip: frozenset = frozenset()) -> None:
+        self._counts, self._own, self._skip = counts, own, skip
+
+    def __contains__(self, word) -> bool:
+        return word in self._skip or self._counts.get(word, 0) - (word in self._own) > 0
+
+
+def context_checks(tools, messages) -> int:
+    """The value-by-message checks narrowing `tools` by `messages` makes (counted before any is
+    made): every opted-in property's candidates against every message with text; a value of
+    several words is a phrase search, counted as PHRASE_CHECKS."""
+    texts = sum(1 for m in messages or () if isinstance(m, dict)
+                and isinstance(m.get("content"), str))
+    checks = 0
+    for t in tools or ():
+        props = (((t.get("function") or {}).get("parameters") or {}).get("properties") or {}) \
+            if isinstance(t, dict) else {}
+        for p in props.values() if isinstance(props, dict) else ():
+            if isinstance(p, dict) and KEY in p:
+                enum = p.get("enum") if isinstance(p.get("enum"), list) else (
+                    _ALL_TIMES if isinstance(p.get("pattern"), str) else ())  # spans: 1 a text
+                values = sum(PHRASE_CHECKS if isinstance(v, str) and " " in v else 1
+                             for v in enum)
+                checks += (values + 1) * (texts + 1)
+    return checks
 
 
 def _candidates(schema: dict) -> list:
@@ -233,10 +274,11 @@ def _candidates(schema: dict) -> list:
     if isinstance(schema.get("enum"), list):
         return list(schema["enum"])
     if isinstance(schema.get("pattern"), str):
-        rx = re.compile(schema["pattern"])
+        # the client's pattern runs in RE2 (linear time, no lookaround), as the layout compiler
+        # runs it: Python's re backtracked for seconds on "(\d?\d?\d?\d?\d?:?){6}y"
+        times = _pattern_times(schema["pattern"], KEY)
         types = schema.get("type")
-        return [t for t in _ALL_TIMES if rx.search(t)] + (
-            [None] if isinstance(types, list) and "null" in types else [])
+        return times + ([None] if isinstance(types, list) and "null" in types else [])
     raise ValueError(f"{KEY} 'mentioned' needs an enum or a time pattern")
 
 
@@ -246,13 +288,15 @@ def _unsaid(schema: dict, messages) -> bool:
         [v for v in _candidates(schema) if v is not None], messages, schema.get(ALIASES_KEY))
 
 
-def _narrow(schema: dict, messages, others: frozenset = frozenset()) -> dict:
+def _narrow(schema: dict, messages, others=frozenset()) -> dict:
     mode = schema.get(KEY)
     if mode is None:
         return schema
     out = {k: v for k, v in schema.items() if k not in (KEY, ALIASES_KEY)}
     if mode in ("span", "name_span"):
-        skip = (FUNCTION_WORDS | others) if mode == "name_span" else None
+        skip = (_OtherWords(others._counts, others._own, FUNCTION_WORDS)
+                if isinstance(others, _OtherWords) else FUNCTION_WORDS | others
+                ) if mode == "name_span" else None
         candidates = spans(messages, max_chars=schema.get("maxLength"), skip=skip,
                            cued=mode == "name_span")
         if mode == "name_span" and not candidates:
@@ -300,9 +344,19 @@ def contextualize(tools, messages, keep: str | None = None, must_call: bool = Fa
     name slots free text."""
     if not uses_context(tools) or isinstance(messages, str):
         return list(tools or ())
+    checks = context_checks(tools, messages)
+    if checks > MAX_CONTEXT_CHECKS:
+        raise ValueError(f"{KEY}: narrowing these tools by this conversation takes {checks} "
+                         f"value-by-message checks (limit {MAX_CONTEXT_CHECKS}): send fewer "
+                         "messages or fewer enum values on context properties")
     out, waiting = [], []
     every = [p for t in tools if isinstance(t, dict) for p in (
         ((t.get("function") or {}).get("parameters") or {}).get("properties") or {}).values()]
+    own = {id(p): _words_of(p) for p in every}
+    counts: dict[str, int] = {}
+    for words in own.values():
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
     for tool in tools:
         fn = (tool.get("function") or {}) if isinstance(tool, dict) else {}
         props = (fn.get("parameters") or {}).get("properties")
@@ -311,10 +365,8 @@ def contextualize(tools, messages, keep: str | None = None, must_call: bool = Fa
             continue
         new = copy.deepcopy(tool)
         # a name is none of the words of any value of any tool's other properties
-        narrowed = {
-            k: _narrow(p, messages, _value_words({i: q for i, q in enumerate(every)
-                                                  if q is not p}))
-            if isinstance(p, dict) else p for k, p in props.items()}
+        narrowed = {k: _narrow(p, messages, _OtherWords(counts, own.get(id(p), frozenset())))
+                    if isinstance(p, dict) else p for k, p in props.items()}
         unnamed = [k for k, p in narrowed.items() if isinstance(p, dict) and p.get("enum") == []]
         for k in unnamed:  # as a free-text slot, for when the tool is kept after all
             narrowed[k] = {j: v for j, v in props[k].items() if j != KEY}

@@ -372,3 +372,30 @@ def test_a_tool_waits_for_a_required_value_nobody_said():
              {"role": "assistant", "content": "On Fridays we're open from 8 am to 3 pm."},
              {"role": "user", "content": "ok a crown then, i'm hugo"}]
     assert [t["function"]["name"] for t in contextualize([book, cancel], hours)] == []
+
+
+def test_narrowing_names_no_word_of_another_propertys_values_and_counts_its_checks():
+    """The words of the other properties' values stay out of a name (as before the lazy set),
+    and the checks are counted before any is made (issue 54 N1)."""
+    from diffvoice.engine.constrained.context import (
+        MAX_CONTEXT_CHECKS,
+        context_checks,
+        contextualize,
+    )
+
+    tools = [{"type": "function", "function": {"name": "book", "parameters": {
+        "type": "object", "required": ["name", "service"], "properties": {
+            "name": {"type": "string", "x-diffvoice-context": "name_span"},
+            "service": {"type": "string", "enum": ["dental crown", "cleaning"],
+                        "x-diffvoice-context": "mentioned"}}}}}]
+    messages = [{"role": "user", "content": "my name is Pat, a dental crown please"}]
+    out = contextualize(tools, messages)
+    names = out[0]["function"]["parameters"]["properties"]["name"]["enum"]
+    assert any("pat" in n.lower() for n in names)
+    assert not any("dental" in n.lower() or "crown" in n.lower() for n in names), names
+    assert out[0]["function"]["parameters"]["properties"]["service"]["enum"] == ["dental crown"]
+    # (values + 1) x (messages + 1): name_span has no values; service's two-word one counts 10
+    assert context_checks(tools, messages) == 1 * 2 + 12 * 2
+    assert context_checks(tools, messages * 20_000) > MAX_CONTEXT_CHECKS
+    with pytest.raises(ValueError, match="value-by-message checks"):
+        contextualize(tools, messages * 20_000)

@@ -119,3 +119,30 @@ def test_generated_schemas_get_200_or_4xx_never_5xx(server):
         statuses[status] = statuses.get(status, 0) + 1
     assert all(s == 200 or 400 <= s < 500 for s in statuses), statuses
     assert statuses.get(200) and statuses.get(400), statuses  # both outcomes were exercised
+
+
+@pytest.mark.parametrize("pattern", [r"(\d?\d?\d?\d?\d?:?){6}y", r"^(?=00:0[0-4])(?:\d?:?){50}y"])
+def test_a_backtracking_context_pattern_is_400_at_once(server, pattern):
+    """Issue 54 N1: the context path ran a client's pattern with Python's re (15 s for the
+    first, 4.7 s of a frozen process for the second); it now runs in RE2 as the layout
+    compiler's does: refused as no time-of-day pattern / unsupported lookaround."""
+    prop = json.dumps({"type": "string", "pattern": pattern, "x-diffvoice-context": "mentioned"})
+    status, body = post(server, chat(server, with_param(prop)))
+    assert status == 400, body
+    assert "pattern" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("words", [1, 2])
+def test_narrowing_a_huge_enum_by_many_messages_is_counted_and_refused(server, words):
+    """Issue 54 N1: a valid 2,000-value `mentioned` enum with 400 one-character messages took
+    21 s; the checks it would make are counted first and refused over the limit."""
+    values = [" ".join(f"v{i}w{j}" for j in range(words)) for i in range(2000)]
+    prop = json.dumps({"type": "string", "enum": values, "x-diffvoice-context": "mentioned"})
+    messages = [{"role": "user", "content": "a"} for _ in range(400)]
+    body = json.dumps({"model": "m", "max_tokens": 8, "messages": messages,
+                       "tool_choice": "required", "tools": [{"type": "function", "function": {
+                           "name": "f", "parameters": {"type": "object",
+                                                       "properties": {"x": json.loads(prop)}}}}]})
+    status, reply = post(server, body)
+    assert status == 400, reply
+    assert "value-by-message checks" in reply["error"]["message"]
