@@ -396,6 +396,6 @@ def test_narrowing_names_no_word_of_another_propertys_values_and_counts_its_chec
     assert out[0]["function"]["parameters"]["properties"]["service"]["enum"] == ["dental crown"]
     # (values + 1) x (messages + 1): name_span has no values; service's two-word one counts 10
     assert context_checks(tools, messages) == 1 * 2 + 12 * 2
-    assert context_checks(tools, messages * 20_000) > MAX_CONTEXT_CHECKS
+    assert context_checks(tools, messages * 40_000) > MAX_CONTEXT_CHECKS
     with pytest.raises(ValueError, match="value-by-message checks"):
-        contextualize(tools, messages * 20_000)
+        contextualize(tools, messages * 40_000)
