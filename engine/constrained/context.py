@@ -38,10 +38,10 @@ import functools
 import re
 
 from diffvoice.engine.constrained.layout import _pattern_times
+from diffvoice.engine.constrained.limits import ALIASES_KEY, CONTEXT_KEY
 from diffvoice.engine.constrained.reading import aliased, times_mentioned
 
-KEY = "x-diffvoice-context"
-ALIASES_KEY = "x-diffvoice-aliases"   # {enum value: [phrases callers use for it]}
+KEY = CONTEXT_KEY
 MAX_SPAN_WORDS = 3
 MAX_USER_MESSAGES = 6      # the latest ones; spans of older messages are not offered
 MAX_SPANS = 400

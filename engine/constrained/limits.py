@@ -44,6 +44,10 @@ MAX_PATTERN_CHARS = 256
 MAX_NUMBER = 2 ** 53          # |minimum|, |maximum|: exact in a float and in a token slot
 MAX_TOKENIZATIONS = 8192      # candidates one request's compile tokenizes (~0.3 s, this 2-core CPU)
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# the engine's own schema keywords (engine/constrained/context.py), checked like any other
+CONTEXT_KEY = "x-diffvoice-context"
+CONTEXT_MODES = ("span", "name_span", "mentioned")
+ALIASES_KEY = "x-diffvoice-aliases"   # {enum value: [phrases]}; phrases count as enum values
 
 _META = jsonschema.Draft202012Validator.META_SCHEMA
 _CHECKER = jsonschema.Draft202012Validator(_META,
@@ -126,6 +130,26 @@ class _Walk:
         self.nodes = 0
         self.enum_values = 0
 
+    def _own_keywords(self, schema: dict, path: str) -> None:
+        """The engine's `x-diffvoice-*` keywords hold what context.py reads (JSON Schema's
+        meta-schema lets any `x-` value through)."""
+        mode = schema.get(CONTEXT_KEY)
+        if mode is not None and mode not in CONTEXT_MODES:
+            raise ValueError(f"{path}.{CONTEXT_KEY}: must be one of {', '.join(CONTEXT_MODES)}")
+        aliases = schema.get(ALIASES_KEY)
+        if aliases is None:
+            return
+        if not isinstance(aliases, dict):
+            raise _alias_error(path)
+        for value, phrases in aliases.items():
+            if len(value) > MAX_ENUM_VALUE_CHARS or not isinstance(phrases, list) or any(
+                    not isinstance(a, str) or len(a) > MAX_ENUM_VALUE_CHARS for a in phrases):
+                raise _alias_error(path)
+            self.enum_values += len(phrases)
+        if self.enum_values > MAX_REQUEST_ENUM_VALUES:
+            raise ValueError(f"{path}.{ALIASES_KEY}: the request has more than "
+                             f"{MAX_REQUEST_ENUM_VALUES} enum values and alias phrases in all")
+
     def value(self, schema, path: str, depth: int) -> None:
         self.nodes += 1
         if self.nodes > MAX_SCHEMA_NODES:
@@ -162,6 +186,7 @@ class _Walk:
             if any(len(_schema_text(v, path)) > MAX_ENUM_VALUE_CHARS for v in values):
                 raise ValueError(f"{path}.enum: a value longer than {MAX_ENUM_VALUE_CHARS} "
                                  "characters")
+        self._own_keywords(schema, path)
         props = schema.get("properties")
         if props is not None:
             if not isinstance(props, dict) or len(props) > MAX_PROPERTIES:
@@ -179,6 +204,11 @@ class _Walk:
             if isinstance(schema.get(key), list):
                 for i, sub in enumerate(schema[key]):
                     self.value(sub, f"{path}.{key}[{i}]", depth + 1)
+
+
+def _alias_error(path: str) -> ValueError:
+    return ValueError(f"{path}.{ALIASES_KEY}: must be an object mapping enum values to lists of "
+                      f"phrases (strings of at most {MAX_ENUM_VALUE_CHARS} characters)")
 
 
 def check_request(tools, tool_choice, response_format) -> None:

@@ -146,3 +146,17 @@ def test_narrowing_a_huge_enum_by_many_messages_is_counted_and_refused(server, w
     status, reply = post(server, body)
     assert status == 400, reply
     assert "value-by-message checks" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("keyword,value", [
+    ("x-diffvoice-aliases", {"a": 5}), ("x-diffvoice-aliases", [1]),
+    ("x-diffvoice-aliases", {"a": [1]}), ("x-diffvoice-context", "bogus"),
+    ("x-diffvoice-context", 5)])
+def test_the_engines_own_keywords_are_checked_like_any_other(server, keyword, value):
+    """Issue 54 N9: `x-diffvoice-aliases: {"a": 5}` or `[1]` was a 500 (the meta-schema lets
+    any `x-` value through); now a 400 naming the keyword."""
+    prop = {"type": "string", "enum": ["a", "b"], "x-diffvoice-context": "mentioned",
+            keyword: value}
+    status, body = post(server, chat(server, with_param(json.dumps(prop))))
+    assert status == 400, body
+    assert keyword in body["error"]["message"]
