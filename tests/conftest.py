@@ -77,11 +77,9 @@ def pytest_collection_modifyitems(config, items):
         seconds = _json.loads(_DURATIONS.read_text())
     except (OSError, ValueError):
         return
-    root = _repo
-
     def weight(item) -> float:
         try:
-            rel = str(_Path(item.fspath).resolve().relative_to(root))
+            rel = str(_Path(item.fspath).resolve().relative_to(_repo))
         except ValueError:
             return 0.0
         return float(seconds.get(rel, 0.0))

@@ -253,7 +253,7 @@ def say(message: str) -> None:
     print(f"diffvoice train: {message}", file=sys.stderr, flush=True)
 
 
-def tail_reserve_s(cfg: TrainConfig, out: Path, gen: DataGenerator) -> float:
+def tail_reserve_s(cfg: TrainConfig, gen: DataGenerator) -> float:
     """Seconds the steps after the training loop are given out of the command's budget: the
     paraphrase bank at this machine's measured embedding rate (a 32-question sample, the
     encoder then stays loaded for the bank), plus verification's share (a tenth of the budget,
@@ -312,7 +312,7 @@ def train(cfg: TrainConfig) -> dict:
     gen, tok, mcfg, model = setup(cfg)
     loop_budget = None
     if cfg.time_budget_s:
-        reserve = tail_reserve_s(cfg, out, gen)
+        reserve = tail_reserve_s(cfg, gen)
         setup_s = time.monotonic() - command_start
         loop_budget = max(0.0, cfg.time_budget_s - setup_s - reserve)
         say(f"time budget {cfg.time_budget_s:.0f} s: setup took {setup_s:.0f} s, the training "

@@ -33,6 +33,7 @@ OpenAI-style dicts; string content only (other parts are ignored). Knows nothing
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import re
@@ -288,15 +289,13 @@ def _unsaid(schema: dict, messages) -> bool:
         [v for v in _candidates(schema) if v is not None], messages, schema.get(ALIASES_KEY))
 
 
-def _narrow(schema: dict, messages, others=frozenset()) -> dict:
+def _narrow(schema: dict, messages, name_skip=FUNCTION_WORDS) -> dict:
     mode = schema.get(KEY)
     if mode is None:
         return schema
     out = {k: v for k, v in schema.items() if k not in (KEY, ALIASES_KEY)}
     if mode in ("span", "name_span"):
-        skip = (_OtherWords(others._counts, others._own, FUNCTION_WORDS)
-                if isinstance(others, _OtherWords) else FUNCTION_WORDS | others
-                ) if mode == "name_span" else None
+        skip = name_skip if mode == "name_span" else None
         candidates = spans(messages, max_chars=schema.get("maxLength"), skip=skip,
                            cued=mode == "name_span")
         if mode == "name_span" and not candidates:
@@ -353,10 +352,7 @@ def contextualize(tools, messages, keep: str | None = None, must_call: bool = Fa
     every = [p for t in tools if isinstance(t, dict) for p in (
         ((t.get("function") or {}).get("parameters") or {}).get("properties") or {}).values()]
     own = {id(p): _words_of(p) for p in every}
-    counts: dict[str, int] = {}
-    for words in own.values():
-        for w in words:
-            counts[w] = counts.get(w, 0) + 1
+    counts = collections.Counter(w for words in own.values() for w in words)
     for tool in tools:
         fn = (tool.get("function") or {}) if isinstance(tool, dict) else {}
         props = (fn.get("parameters") or {}).get("properties")
@@ -365,7 +361,8 @@ def contextualize(tools, messages, keep: str | None = None, must_call: bool = Fa
             continue
         new = copy.deepcopy(tool)
         # a name is none of the words of any value of any tool's other properties
-        narrowed = {k: _narrow(p, messages, _OtherWords(counts, own.get(id(p), frozenset())))
+        narrowed = {k: _narrow(p, messages, _OtherWords(counts, own.get(id(p), frozenset()),
+                                                        FUNCTION_WORDS))
                     if isinstance(p, dict) else p for k, p in props.items()}
         unnamed = [k for k, p in narrowed.items() if isinstance(p, dict) and p.get("enum") == []]
         for k in unnamed:  # as a free-text slot, for when the tool is kept after all

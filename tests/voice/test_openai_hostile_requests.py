@@ -160,3 +160,20 @@ def test_the_engines_own_keywords_are_checked_like_any_other(server, keyword, va
     status, body = post(server, chat(server, with_param(json.dumps(prop))))
     assert status == 400, body
     assert keyword in body["error"]["message"]
+
+
+def test_the_openai_sdk_gets_these_400s_as_bad_request_errors(server):
+    """The same refusals as the `openai` client users run sees them: BadRequestError with the
+    server's message (a backtracking context pattern, a malformed engine keyword)."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    for prop, named in (({"type": "string", "pattern": r"(\d?\d?\d?\d?\d?:?){6}y",
+                          "x-diffvoice-context": "mentioned"}, "pattern"),
+                        ({"type": "string", "enum": ["a"], "x-diffvoice-context": "mentioned",
+                          "x-diffvoice-aliases": {"a": 5}}, "x-diffvoice-aliases")):
+        with pytest.raises(openai.BadRequestError) as raised:
+            client.chat.completions.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": "hello"}],
+                tool_choice="required", tools=[{"type": "function", "function": {
+                    "name": "f", "parameters": {"type": "object", "properties": {"x": prop}}}}])
+        assert raised.value.status_code == 400 and named in str(raised.value)

@@ -194,7 +194,7 @@ def build_application(config: ServeConfig):
     return deployment.bind(dataclasses.asdict(config))
 
 
-def start(config: ServeConfig, *, blocking: bool = False):
+def start(config: ServeConfig):
     """Start (or join) Ray, start Serve's HTTP proxy on config.host:port, run the app."""
     import ray
     from ray import serve
@@ -213,12 +213,8 @@ def start(config: ServeConfig, *, blocking: bool = False):
 
             logger.warning(f"Ray Serve's HTTP proxy did not start ({type(e).__name__}); "
                            f"Serve starts another (try {attempt + 1} of {START_TRIES})")
-    handle = serve.run(build_application(config), name=APP_NAME, route_prefix="/",
-                       blocking=False)
+    handle = serve.run(build_application(config), name=APP_NAME, route_prefix="/")
     wait_for_proxy(config.host, config.port, PROXY_WAIT_S)
-    if blocking:
-        while True:
-            time.sleep(3600)
     return handle
 
 
