@@ -46,14 +46,20 @@ Knows nothing about pipecat or HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
 from diffvoice.agent.clarify import CLARIFY, DEFAULT_THRESHOLD, agrees, replacement
 from diffvoice.agent.grounding import ground
+from diffvoice.engine.requests import prompt_chars
+
+# messages (engine.requests.prompt_chars) grounded on the event loop itself; more: off it
+GROUND_INLINE_CHARS = 4096
 
 CLARIFY_MODES = ("auto", "on", "off")
 
@@ -145,11 +151,13 @@ class ClarifyGuard:
                    record: ClarifyRecord | None = None,
                    first_block: bool = True,
                    messages: list[dict] | None = None,
-                   retry: Callable[[], AsyncIterator[Any]] | None = None
-                   ) -> AsyncIterator[Any]:
+                   retry: Callable[[], AsyncIterator[Any]] | None = None,
+                   pool: Executor | None = None) -> AsyncIterator[Any]:
         """The engine's deltas, guarded (see the module docstring); `first_block=False` skips
         the confidence test (see `calibrated`); `messages` (the request's) choose the
-        replacement (`question_for`); `retry` starts the careful retry of a blended reply."""
+        replacement (`question_for`); `retry` starts the careful retry of a blended reply.
+        Grounding scans every message (tool_call arguments too): past GROUND_INLINE_CHARS of
+        them it runs on `pool` (default: the loop's default executor), not on the loop."""
         record = record if record is not None else ClarifyRecord()
         question = self.question_for(messages)
         held: list = []
@@ -178,8 +186,13 @@ class ClarifyGuard:
             if text and delta.finish_reason in ("stop", "length"):
                 raw = text
                 if self.is_flow_reply is not None and messages:
-                    grounded, record.grounding = ground(text, messages, self.is_flow_reply,
-                                                        self.result_reply, self.next_question)
+                    args = (text, messages, self.is_flow_reply, self.result_reply,
+                            self.next_question)
+                    if prompt_chars(messages) > GROUND_INLINE_CHARS:
+                        grounded, record.grounding = await asyncio.get_running_loop(
+                        ).run_in_executor(pool, ground, *args)
+                    else:  # a call's few messages: well under a millisecond
+                        grounded, record.grounding = ground(*args)
                     whole = grounded if grounded != text else whole
                     text = grounded
                 if not self.is_well_formed(text):

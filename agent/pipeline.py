@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -213,11 +214,13 @@ class _GuardConfig:  # the fields agent.guard.clarify_guard_for reads
             object.__setattr__(self, "clarify_below", CLARIFY_THRESHOLD)
 
 
-def _generate(engine, messages, params, request_id: str, chat_template_kwargs):
-    if chat_template_kwargs is None:  # as every caller that has none calls it
-        return engine.generate(messages, params, request_id=request_id)
+def _generate(engine, messages, params, request_id: str, chat_template_kwargs,
+              priority: int = 0):
+    extra = {"priority": priority} if priority else {}  # 0: as every other caller calls it
+    if chat_template_kwargs is None:
+        return engine.generate(messages, params, request_id=request_id, **extra)
     return engine.generate(messages, params, request_id=request_id,
-                           chat_template_kwargs=chat_template_kwargs)
+                           chat_template_kwargs=chat_template_kwargs, **extra)
 
 
 def calibrated(params, engine) -> bool:
@@ -230,21 +233,25 @@ async def serve(agent: Agent | None, engine: Any, messages: list[dict] | str, pa
                 source: AsyncIterator[Any] | None = None,
                 abort: Callable[[], None] | None = None,
                 on_request: Callable[[str], None] | None = None,
-                chat_template_kwargs: dict | None = None) -> AsyncIterator[Any]:
+                chat_template_kwargs: dict | None = None,
+                priority: int = 0, pool: Executor | None = None) -> AsyncIterator[Any]:
     """The agent's answer to `messages`, as deltas: the BEFORE rules (in a worker thread, off
     the event loop), the engine's decode (or `source`, a draft already decoding the rewritten
     messages), the AFTER rules. `abort` stops the request in flight (default
     engine.abort(request_id)); `on_request(rid)` is told each engine request this answer
-    starts (the careful retry is a second one); `record` receives what the AFTER rules did.
+    starts (the careful retry is a second one); `record` receives what the AFTER rules did;
+    `priority` is the engine's (0, the default, for live calls; engine.scheduler); the BEFORE
+    rules run on `pool` (default: the loop's default executor).
     With `agent` None, or an agent without rules, the engine's deltas pass as they are."""
     rules = agent is not None and bool(agent.before) and not isinstance(messages, str)
     limit = getattr(getattr(engine, "config", None), "max_prompt_chars", MAX_RULE_CHARS)
     asked = messages
     if rules and source is None:
-        asked = await asyncio.to_thread(agent.rewrite, messages, limit)
+        asked = await asyncio.get_running_loop().run_in_executor(
+            pool, agent.rewrite, messages, limit)
     source_given = source is not None
     if source is None:
-        source = _generate(engine, asked, params, request_id, chat_template_kwargs)
+        source = _generate(engine, asked, params, request_id, chat_template_kwargs, priority)
     guard = agent.guard if agent is not None else None
     if guard is None or isinstance(messages, str):
         async with contextlib.aclosing(source) as stream:
@@ -265,16 +272,17 @@ async def serve(agent: Agent | None, engine: Any, messages: list[dict] | str, pa
             on_request(current[0])
         again = asked  # a draft's source was decoding the rewritten messages already
         if rules and source_given:
-            again = await asyncio.to_thread(agent.rewrite, messages, limit)
+            again = await asyncio.get_running_loop().run_in_executor(
+                pool, agent.rewrite, messages, limit)
         async with contextlib.aclosing(_generate(
                 engine, again, engine.careful_params(params), current[0],
-                chat_template_kwargs)) as stream:
+                chat_template_kwargs, priority)) as stream:
             async for delta in stream:
                 yield delta
 
     retry = careful if guard.retry and hasattr(engine, "careful_params") else None
     async with contextlib.aclosing(guard.wrap(
             source, abort=stop, record=record, first_block=calibrated(params, engine),
-            messages=list(messages), retry=retry)) as stream:
+            messages=list(messages), retry=retry, pool=pool)) as stream:
         async for delta in stream:
             yield delta

@@ -14,17 +14,17 @@ from diffvoice.engine.assets import default_model_dir
 if TYPE_CHECKING:
     from diffvoice.engine.engine import Delta, Engine
     from diffvoice.engine.params import EngineConfig, SamplingParams
-    from diffvoice.engine.scheduler import DraftRefused, EngineOverloaded
+    from diffvoice.engine.scheduler import DraftRefused, EngineOverloaded, PriorityRefused
 
 DEFAULT_MODEL_DIR = default_model_dir()  # see engine/assets.py: source checkout or wheel data
 
 # name -> submodule, relative to this package
 _LAZY = {"Delta": ".engine", "Engine": ".engine", "EngineConfig": ".params",
          "SamplingParams": ".params", "EngineOverloaded": ".scheduler",
-         "DraftRefused": ".scheduler"}
+         "DraftRefused": ".scheduler", "PriorityRefused": ".scheduler"}
 
 __all__ = ["DEFAULT_MODEL_DIR", "Delta", "DraftRefused", "Engine", "EngineConfig",
-           "EngineOverloaded", "SamplingParams"]
+           "EngineOverloaded", "PriorityRefused", "SamplingParams"]
 
 
 def __getattr__(name: str):

@@ -48,6 +48,9 @@ PREPARE_ON_WORKER_CHARS = 4096
 # threads that prepare long prompts and compile schemas (tools / response_format), off the
 # worker thread: a bound on how much host work concurrent requests can pile up at once
 PREPARE_THREADS = 4
+# threads of their own for priority-0 requests (live calls): a flood of priority > 0 requests
+# with heavy schemas queues on the shared pool, never in front of them
+PRIORITY_PREPARE_THREADS = 2
 
 
 def pick_device(name: str) -> torch.device:
@@ -70,7 +73,8 @@ class Engine(Worker):
         self.runner = ModelRunner(loaded, self.config, self.device, self.max_seq_len)
         self.scheduler = Scheduler(self.config.max_running, self.config.max_queued,
                                    mc.eos_token_ids, self.config.max_drafts,
-                                   self.config.drafts_share_passes)
+                                   self.config.drafts_share_passes, self.config.reserved_slots,
+                                   self.config.priority_share_passes)
         self._callers: dict[str, _Caller] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -80,6 +84,8 @@ class Engine(Worker):
         self._ids = itertools.count()
         self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
             PREPARE_THREADS, thread_name_prefix="diffvoice-prepare")
+        self._priority_prepare_pool = concurrent.futures.ThreadPoolExecutor(
+            PRIORITY_PREPARE_THREADS, thread_name_prefix="diffvoice-prepare-p0")
         self.total_passes = 0
         self.block_steps = BlockStepPlanner(self.config.block_step_passes)
         self.idle_row_passes = 0  # passes rows sat out in block steps (their block was done)
@@ -130,11 +136,17 @@ class Engine(Worker):
     async def generate(self, messages: list[dict] | str, params: SamplingParams | None = None,
                        request_id: str | None = None,
                        chat_template_kwargs: dict | None = None, *,
-                       draft: bool | Callable[[], bool] = False) -> AsyncIterator[Delta]:
+                       draft: bool | Callable[[], bool] = False,
+                       priority: int = 0) -> AsyncIterator[Delta]:
         """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
         finish_reason "shed"; more than max_drafts in flight raises DraftRefused. A callable
         `draft` is asked once, when the request is handed to the worker (after its preparation):
-        a caller that has meanwhile decided it wants the answer says False (see promote)."""
+        a caller that has meanwhile decided it wants the answer says False (see promote).
+        `priority` (an int >= 0, lower first; 0 the best): a request of priority > 0 leaves
+        EngineConfig.reserved_slots to priority 0, pauses while better rows decode (unless
+        priority_share_passes) and is prepared on the shared pool, priority 0 on its own."""
+        if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+            raise ValueError(f"priority must be an integer >= 0, got {priority!r}")
         params = params or self.config.default_params
         loop = asyncio.get_running_loop()
         caller = _Caller(loop, asyncio.Queue(), Detokenizer(self.tokenizer), params.stop)
@@ -150,8 +162,10 @@ class Engine(Worker):
             cancelled = threading.Event()
             budget = Budget(self.config.prepare_budget_s, cancelled)
             try:
+                pool = self._prepare_pool if priority or draft is True \
+                    else self._priority_prepare_pool
                 seq = await loop.run_in_executor(
-                    self._prepare_pool, self._prepare_budgeted, messages, params, rid,
+                    pool, self._prepare_budgeted, messages, params, rid,
                     chat_template_kwargs, budget)
             except asyncio.CancelledError:
                 cancelled.set()
@@ -164,7 +178,7 @@ class Engine(Worker):
                 raise RuntimeError("engine is closed")
             is_draft = bool(draft()) if callable(draft) else draft
             self._pending.append(_Pending(rid, messages, params, chat_template_kwargs, is_draft,
-                                          caller, seq))
+                                          caller, seq, priority))
             self._wake.notify()
         finished = False
         try:
@@ -246,5 +260,6 @@ class Engine(Worker):
             self._wake.notify()
         self._thread.join(timeout=10)
         self._prepare_pool.shutdown(wait=False, cancel_futures=True)
+        self._priority_prepare_pool.shutdown(wait=False, cancel_futures=True)
 
 __all__ = ["Engine", "Delta", "DraftRefused", "EngineOverloaded"]

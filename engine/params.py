@@ -118,8 +118,10 @@ class EngineConfig:
     enforce_eager: never capture CUDA graphs (always true on CPU).
     static_shapes: pad decode-only passes to the graph buckets even without CUDA graphs (what the
                   graph path does, runnable on CPU; a testing aid).
-    max_prompt_chars: total characters of message text one request may carry; longer prompts are
-                  refused (ValueError) before the chat template or tokenizer touch them.
+    max_prompt_chars: what one request's messages may cost, in characters (every string of
+                  every message at any depth, tool_call arguments and names included, plus 32
+                  per message: engine.requests.prompt_chars); costlier prompts are refused
+                  (ValueError) before the chat template or tokenizer touch them.
     prepare_budget_s: CPU seconds (of the preparing thread; 10x that in wall time) one request's
                   preparation may take on the prepare pool (a schema compile of tools /
                   response_format); past it the request is refused (ValueError), as it is once
@@ -131,6 +133,16 @@ class EngineConfig:
     drafts_share_passes: let drafts ride in passes that also carry real requests (cheap on a
                   GPU, where a pass costs about the same for 1 or 8 rows); off by default, so on
                   a CPU a draft pauses whenever a real request is decoding.
+    reserved_slots: slots (and queue places) that only priority-0 requests may take
+                  (`generate(..., priority=0)`, the default): a request of priority > 0 is
+                  admitted only while more than this many slots are free, and refused
+                  (EngineOverloaded) once priority > 0 requests hold max_running + max_queued
+                  - reserved_slots places, so low-priority traffic can never hold every slot a
+                  priority-0 request needs. At most max_running - 1 take effect.
+    priority_share_passes: let rows of a lower priority (a higher number) ride in passes that
+                  carry rows of a better one; off by default: as drafts do, they pause while
+                  better rows decode (and a block step of them yields to a better request that
+                  arrives), so a priority-0 row's pass costs what it costs alone.
     warmup_graph_context: `Engine.warmup()` captures the decode pass's CUDA graph for every
                   batch bucket up to max_running and every cache bucket up to this many cached
                   tokens (at the default decode block), so no caller's pass pays a capture
@@ -180,6 +192,8 @@ class EngineConfig:
     prepare_budget_s: float = 2.0
     max_drafts: int = 8
     drafts_share_passes: bool = False
+    reserved_slots: int = 2
+    priority_share_passes: bool = False
     warmup_graph_context: int = 512
     block_step_passes: int = 16
     worker_threads: int | None = None
@@ -189,6 +203,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.max_drafts, int) or self.max_drafts < 0:
             raise ValueError(f"max_drafts must be an integer >= 0, got {self.max_drafts!r}")
+        if not isinstance(self.reserved_slots, int) or self.reserved_slots < 0:
+            raise ValueError(f"reserved_slots must be an integer >= 0, "
+                             f"got {self.reserved_slots!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
         if self.max_running < 1:

@@ -19,13 +19,35 @@ if TYPE_CHECKING:
     from diffvoice.engine.engine import Engine
 
 
+# what one message costs beyond its strings: the template's framing of it, and the per-message
+# work (rendering, the agent's rules) that 8,000 one-character messages used to get for free
+MESSAGE_CHARS = 32
+
+
 def prompt_chars(messages) -> int:
-    """Characters of message text a request carries (the max_prompt_chars measure)."""
+    """What a request's messages cost, in characters (the max_prompt_chars measure): every
+    string in every message, keys and values at any depth (content and its parts, names,
+    tool_calls' ids, names and arguments, tool_call_id), plus MESSAGE_CHARS per message. One
+    pass over what the request holds, no copy; a raw prompt (str) is its length."""
     if isinstance(messages, str):
         return len(messages)
     if not isinstance(messages, list | tuple):
         return 0
-    return sum(len(m.get("content") or "") if isinstance(m, dict) else 0 for m in messages)
+    total = MESSAGE_CHARS * len(messages)
+    stack = list(messages)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                total += len(key) if isinstance(key, str) else 0
+                stack.append(item)
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif value is not None:
+            total += 8  # a number or a bool
+    return total
 
 
 # names a chat template already has (Jinja's globals and the ones transformers adds): a
@@ -64,7 +86,8 @@ def prepare_sequence(engine: Engine, messages: list[dict] | str, params: Samplin
         raise ValueError("chat_template_kwargs apply to chat messages, not a raw prompt")
     chars = prompt_chars(messages)
     if chars > engine.config.max_prompt_chars:
-        raise ValueError(f"prompt of {chars} characters exceeds max_prompt_chars "
+        raise ValueError(f"prompt of {chars} characters (every part of every message, "
+                         f"{MESSAGE_CHARS} per message) exceeds max_prompt_chars "
                          f"{engine.config.max_prompt_chars}")
     # a str is a raw prompt (/v1/completions): tokenized as is, without the chat template
     if params.tools and "tools" not in kwargs:  # templates with tool support (Qwen, Hermes)

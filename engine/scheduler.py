@@ -12,6 +12,13 @@ requests are admitted first and a running draft is shed (finished with reason "s
 `self.shed` for the engine to report) when a real request waits for its slot; unless
 `drafts_share_passes`, a pass that has real rows carries no draft rows (drafts pause).
 `promote(request_id)` turns a draft into a real request (its caller now needs the answer).
+
+Priorities (`seq.priority`, lower first; 0 is the best and the default): waiting requests are
+admitted best first; a request of priority > 0 never takes the last `reserved_slots` free slots
+and is refused (EngineOverloaded) once priority > 0 requests hold max_running + max_queued -
+reserved_slots places, so priority-0 work (live calls) always finds room; unless
+`priority_share_passes`, a pass carries only the best priority among its rows (the others pause,
+as drafts do). `rank(seq)` orders all of it: drafts last, then by priority.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ from diffvoice.engine.sequence import Sequence, Status
 
 class EngineOverloaded(RuntimeError):
     """More concurrent requests than max_running + max_queued."""
+
+
+class PriorityRefused(EngineOverloaded):
+    """A priority > 0 request beyond the places priority 0 leaves (Scheduler.reserved_slots)."""
 
 
 class DraftRefused(EngineOverloaded):
@@ -41,10 +52,19 @@ class Committed:
     finish_reason: str | None
 
 
+def rank(seq: Sequence) -> tuple[bool, int]:
+    """Lower is served first: real requests before drafts, then by priority."""
+    return seq.draft, seq.priority
+
+
 class Scheduler:
     def __init__(self, max_running: int, max_queued: int, eos_ids: tuple[int, ...],
-                 max_drafts: int = 2, drafts_share_passes: bool = False):
+                 max_drafts: int = 2, drafts_share_passes: bool = False,
+                 reserved_slots: int = 0, priority_share_passes: bool = False):
         self.max_drafts = max_drafts
+        # at least one slot stays open to every priority
+        self.reserved_slots = max(0, min(reserved_slots, max_running - 1))
+        self.priority_share_passes = priority_share_passes
         self.drafts_share_passes = drafts_share_passes
         self.shed: list[Sequence] = []  # drafts shed by the last schedule(), for the engine
         self.shed_total = 0
@@ -71,6 +91,14 @@ class Scheduler:
                 f"(max_running={self.max_running}, max_queued={self.max_queued})")
         if seq.request_id in self.by_id:
             raise ValueError(f"request id {seq.request_id!r} is already in use")
+        if seq.priority > 0 and self.reserved_slots:
+            low = sum(s.priority > 0 for s in self.by_id.values())
+            room = self.max_running + self.max_queued - self.reserved_slots
+            if low >= room:
+                raise PriorityRefused(
+                    f"engine is full for priority {seq.priority}: {low} such requests running "
+                    f"or queued ({self.reserved_slots} of max_running + max_queued are reserved "
+                    f"for priority 0)")
         if seq.draft and self.drafts_in_flight() >= self.max_drafts:
             raise DraftRefused(f"{self.drafts_in_flight()} drafts in flight "
                                f"(max_drafts={self.max_drafts})")
@@ -118,7 +146,10 @@ class Scheduler:
         """
         admitted = []
         self.shed = []
-        real_waiting = [s for s in self.waiting if not s.draft]
+        if len(self.waiting) > 1:  # best first; sorted() is stable: FIFO within a rank
+            self.waiting = deque(sorted(self.waiting, key=rank))
+        # drafts are shed for priority-0 requests only (a draft is a live call's early answer)
+        real_waiting = [s for s in self.waiting if not s.draft and s.priority == 0]
         while len(real_waiting) > len(self.free_slots):
             drafts = [s for s in self.running.values() if s.draft]
             if not drafts:
@@ -126,9 +157,12 @@ class Scheduler:
             victim = max(drafts, key=lambda s: s.t_submit)
             self._finish(victim, "shed")
             self.shed.append(victim)
-        for seq in real_waiting + [s for s in self.waiting if s.draft]:
-            if not self.free_slots or (seq.draft and any(not s.draft for s in self.waiting)):
+        for seq in list(self.waiting):
+            if not self.free_slots or (seq.draft and any(
+                    not s.draft and self._admissible(s) for s in self.waiting)):
                 break
+            if not self._admissible(seq):
+                continue  # the last free slots are kept for priority 0 (drafts may use them)
             self.waiting.remove(seq)
             seq.slot, seq.cache_len = self._pick_slot(seq)
             self.reused_tokens += seq.cache_len
@@ -141,7 +175,24 @@ class Scheduler:
                       key=lambda s: s.slot)
         if not self.drafts_share_passes and any(not s.draft for s in rows):
             rows = [s for s in rows if not s.draft]  # drafts pause while real rows run
+        if not self.priority_share_passes and rows:
+            best = min(s.priority for s in rows)  # worse priorities pause while it runs
+            rows = [s for s in rows if s.priority == best or s.draft]
         return rows, admitted
+
+    def _admissible(self, seq: Sequence) -> bool:
+        """Whether `seq` may take a free slot now (priority > 0 leaves the reserved ones)."""
+        return seq.priority == 0 or len(self.free_slots) > self.reserved_slots
+
+    def better_waiting(self, than: tuple[bool, int]) -> bool:
+        """Whether a waiting request outranks `than` (a running step's rank) and can be
+        admitted now (or, priority 0, by shedding a draft): the step should yield to it."""
+        drafts_running = any(s.draft for s in list(self.running.values()))
+        for seq in list(self.waiting):  # another thread may append meanwhile
+            if rank(seq) < than and self._admissible(seq) and (
+                    self.free_slots or (drafts_running and seq.priority == 0)):
+                return True
+        return False
 
     def _pick_slot(self, seq: Sequence) -> tuple[int, int]:
         """-> (slot, cached positions reused): the parked slot sharing the longest whole-block

@@ -10,6 +10,7 @@ never end in broken UTF-8 or half a word.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jinja2
@@ -18,6 +19,9 @@ from tokenizers import Tokenizer
 
 from diffvoice.engine.bpe_files import tokenizer_from_bpe_files
 
+# Tokenizer.dropped's marker: an invisible separator no template trims, lower-cases or escapes
+_MARK = "\u2063"
+_MARKED = re.compile(f"{_MARK}(\\d+){_MARK}")
 MASK_TOKEN_CANDIDATES = ("<|mask|>", "<|mdm_mask|>", "|<MASK>|", "<MASK>", "[MASK]", "<mask>")
 
 
@@ -118,14 +122,20 @@ class ChatTokenizer:
         return [t for t in after if self.tokenizer.id_to_token(t) in added]  # header: 1 token
 
     def dropped(self, messages: list[dict]) -> dict[str, int]:
-        """How many messages the chat template leaves out of the prompt, by role ("system",
-        "history" for earlier user/assistant/tool turns): a message counts as dropped when its
-        text does not appear in the rendered prompt (templates may lower-case or trim it)."""
-        prompt = self.render(messages).lower()
+        """How many messages with text the chat template leaves out of the prompt, by role
+        ("system", "history" for earlier user/assistant/tool turns). Each such message's text is
+        replaced by a numbered marker and the conversation rendered once: a message whose
+        marker is not in the prompt was left out. Linear in the conversation (one render, one
+        scan), where looking for each text in the real prompt was messages x prompt."""
+        marked = []
+        for i, m in enumerate(messages):
+            if isinstance(m, dict) and str(m.get("content") or "").strip():
+                m = {**m, "content": f"{_MARK}{i}{_MARK}"}
+            marked.append(m)
+        seen = {int(n) for n in _MARKED.findall(self.render(marked))}
         out: dict[str, int] = {}
-        for m in messages:
-            text = " ".join(str(m.get("content") or "").lower().split())
-            if text and text not in prompt:
+        for i, m in enumerate(messages):
+            if marked[i] is not m and i not in seen:
                 key = "system" if m.get("role") in ("system", "developer") else "history"
                 out[key] = out.get(key, 0) + 1
         return out

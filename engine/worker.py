@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from diffvoice.engine.params import SamplingParams
-from diffvoice.engine.scheduler import Committed
+from diffvoice.engine.scheduler import Committed, rank
 from diffvoice.engine.sequence import Sequence
 from diffvoice.engine.tokenizer import Detokenizer
 
@@ -67,6 +67,7 @@ class _Pending:
     draft: bool
     caller: _Caller
     seq: Sequence | None = None
+    priority: int = 0
 
 
 @dataclass
@@ -175,12 +176,14 @@ class Worker:
         overlap = self.overlap if overlap is None else overlap
         sure = overlap and all(self.block_steps.sure_done(r, n) for r in rows)
         block = self.runner.begin_block_step(rows, n)
-        drafts = all(seq.draft for seq in rows)
+        best = min(rank(seq) for seq in rows)
+        yields = best != (False, 0)  # nothing outranks real priority-0 rows
         ran = 1
         for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
-            if drafts and self._real_request_waiting():
+            if yields and self._better_request_waiting(best):
                 sure = False  # cut short: the blocks are not done
-                break  # drafts yield: the next pass reads, and the real request is scheduled
+                break  # drafts / lower priorities yield: the next pass reads, and the better
+                # request is scheduled
             self.runner.step(rows, block, read=False)
             self.scheduler.advance(rows)
             self.total_passes += 1
@@ -223,10 +226,11 @@ class Worker:
         `scheduler.update`; no overlap)."""
         return self._collect(self._launch(rows, overlap=False))
 
-    def _real_request_waiting(self) -> bool:
-        """A host-side look (no lock, no device read) for a request that is not a draft."""
-        return (any(not p.draft for p in list(self._pending))
-                or any(not s.draft for s in list(self.scheduler.waiting)))
+    def _better_request_waiting(self, than: tuple[bool, int]) -> bool:
+        """A host-side look (no lock, no device read) for a request that outranks `than`
+        (engine.scheduler.rank) and could run now: handed over, or waiting for a slot."""
+        return (any((p.draft, p.priority) < than for p in list(self._pending))
+                or self.scheduler.better_waiting(than))
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         with self._lock:
@@ -275,7 +279,7 @@ class Worker:
                 if p.seq is None:
                     self.worker_prepare_max_s = max(self.worker_prepare_max_s,
                                                     time.perf_counter() - t0)
-            seq.draft = p.draft
+            seq.draft, seq.priority = p.draft, p.priority
             ready.append((p, seq))
         with self._lock:
             for p, seq in ready:

@@ -85,7 +85,8 @@ def load_state(config: ServeConfig, *, replica_id: str | None = None, metrics=No
                            "holds config.json and the weights; see docs/checkpoints.md)")
     started = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(config.model, EngineConfig(device=config.device))
+        engine_config = EngineConfig(device=config.device, reserved_slots=config.reserved_slots)
+        engine = Engine.from_pretrained(config.model, engine_config)
     except Exception as e:
         raise StartupError(f"cannot load the model in {config.model}: {e}") from e
     engine.warmup()

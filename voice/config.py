@@ -14,6 +14,7 @@ This module knows nothing about pipecat, the engine or sockets.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -188,6 +189,53 @@ class ServeConfig(SessionLimits):
             "comma-separated bearer tokens accepted by /v1 (empty: no auth)", secret=True
         ),
     )
+    # --- slow request bodies, Host allow-list, proxy headers (issue 54; voice.http_limits,
+    # voice.api_guard): checked in _check_http_guards ---
+    body_timeout_s: float = field(
+        default=15.0,
+        metadata=_help("seconds an HTTP request body may take to arrive whole, counted from the "
+                       "end of its headers (a stalled or trickling body included); past it the "
+                       "request is answered 408 body_timeout, or its connection closed when "
+                       "the answer went out already"),
+    )
+    max_pending_bodies_per_ip: int = field(
+        default=16,
+        metadata=_help("HTTP requests one client IP may have with a body still arriving; one "
+                       "more is answered 429 too_many_pending_bodies at once, so slow bodies "
+                       "from one address cannot use up --connection-headroom"),
+    )
+    allowed_hosts: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "comma-separated extra names the Host header may carry (without --api-keys, every "
+            "HTTP and WebSocket request with another Host gets 421 host_not_allowed: the DNS "
+            "rebinding guard). Always allowed: localhost, IP addresses, --host and the host of "
+            "--public-url; '*' turns the check off"
+        ),
+    )
+    forwarded_allow_ips: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "comma-separated proxy addresses (IPs or networks, '*' for any) whose "
+            "X-Forwarded-For / X-Forwarded-Proto headers set the client address; default none: "
+            "the peer's own address counts for every per-IP limit. Behind a reverse proxy or a "
+            "local tunnel (ngrok, cloudflared) on this machine: 127.0.0.1"
+        ),
+    )
+    # /v1 clients share the engine with live calls, which come first (engine.scheduler)
+    api_client_concurrency: int = field(
+        default=8, metadata=_help("/v1 requests one client (API key, else IP) may have in "
+                                  "flight; one more gets 429 (0: no limit)")
+    )
+    api_client_tokens_per_min: int = field(
+        default=600_000,
+        metadata=_help("tokens (max_tokens + prompt characters / 4) one /v1 client may ask "
+                       "for per minute; past it 429 with Retry-After (0: no limit)"),
+    )
+    reserved_slots: int = field(
+        default=2, metadata=_help("engine slots (and queue places) only live calls may take: "
+                                  "/v1 requests leave them free")
+    )
     # receptionist tools (voice/receptionist/): the appointment book for voice calls
     receptionist_tools: str = field(
         default="auto",
@@ -289,6 +337,7 @@ class ServeConfig(SessionLimits):
                 f"{self.receptionist_tools!r}"
             )
         self._check_limits()
+        self._check_http_guards()
         if self.booking_owner_rule not in OWNER_RULES:
             raise ValueError(f"booking_owner_rule must be one of {OWNER_RULES}, got "
                              f"{self.booking_owner_rule!r}")
@@ -360,6 +409,10 @@ class ServeConfig(SessionLimits):
         ):
             raise ValueError(f"max_phone_calls must be an integer in [1, max_sessions="
                              f"{self.max_sessions}], got {self.max_phone_calls!r}")
+        for name in ("api_client_concurrency", "api_client_tokens_per_min", "reserved_slots"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if isinstance(self.api_keys, str):
             object.__setattr__(self, "api_keys", _split_csv(self.api_keys))
         if not all(isinstance(k, str) and k for k in self.api_keys):
@@ -390,6 +443,31 @@ class ServeConfig(SessionLimits):
             raise ValueError("served_model_name must name at least one model, got "
                              f"{self.served_model_name!r}")
 
+    def _check_http_guards(self) -> None:
+        for name in ("allowed_hosts", "forwarded_allow_ips"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, _split_csv(getattr(self, name)))
+        if isinstance(self.body_timeout_s, bool) or not isinstance(
+                self.body_timeout_s, (int, float)) or not self.body_timeout_s > 0:
+            raise ValueError(f"body_timeout_s must be a number > 0, got {self.body_timeout_s!r}")
+        if isinstance(self.max_pending_bodies_per_ip, bool) or not isinstance(
+                self.max_pending_bodies_per_ip, int) or self.max_pending_bodies_per_ip < 1:
+            raise ValueError(f"max_pending_bodies_per_ip must be an integer >= 1, got "
+                             f"{self.max_pending_bodies_per_ip!r}")
+        for host in self.allowed_hosts:
+            bare = host.strip("[]")
+            if host != "*" and ("/" in host or ":" in bare and not _is_ip(bare)):
+                raise ValueError(f"allowed_hosts entries must be host names or IP addresses (no "
+                                 f"scheme, port or path) or '*', got {host!r}")
+        for address in self.forwarded_allow_ips:
+            if address == "*":
+                continue
+            try:
+                ipaddress.ip_network(address, strict=False)
+            except ValueError:
+                raise ValueError(f"forwarded_allow_ips entries must be IP addresses, networks or "
+                                 f"'*', got {address!r}") from None
+
     def replace(self, **changes: Any) -> ServeConfig:
         return replace(self, **changes)
 
@@ -412,6 +490,14 @@ class ServeConfig(SessionLimits):
     ) -> ServeConfig:
         """Merge defaults < config file < env < flags (flags the user did not pass are None)."""
         return config_sources.from_sources(cls, args, env, config_file)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,13 +31,15 @@ class ScriptedEngine:
         self.script = script
         self.asked: list[tuple[list[dict], bool, str]] = []
         self.aborted: list[str] = []
+        self.priorities: list[int] = []
 
     def careful_params(self, params):
         return dataclasses.replace(params, steps_per_block=CAREFUL)
 
-    async def generate(self, messages, params, request_id=None):
+    async def generate(self, messages, params, request_id=None, priority=0):
         careful = params.steps_per_block == CAREFUL
         self.asked.append((messages, careful, request_id))
+        self.priorities.append(priority)
         parts = self.script(messages, careful)
         for i, (text, conf) in enumerate(parts):
             last = i == len(parts) - 1
@@ -172,7 +174,8 @@ async def test_the_before_rules_run_off_the_loop_and_a_broken_one_changes_nothin
 
 async def test_voice_api_and_eval_answer_through_the_same_serve(agent, monkeypatch, tmp_path):
     """The voice service, the OpenAI route and eval-model's questions all call
-    agent.pipeline.serve (counted by wrapping it)."""
+    agent.pipeline.serve (counted by wrapping it); the call's turn asks the engine at priority 0,
+    the API's request at priority 1 (behind live calls, engine.scheduler)."""
     calls: list[str] = []
     real = pipeline.serve
 
@@ -217,6 +220,7 @@ async def test_voice_api_and_eval_answer_through_the_same_serve(agent, monkeypat
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "A crown is 900 dollars."
     assert len(calls) == 2 and calls[-1].startswith("chatcmpl-")
+    assert engine.priorities == [0, 1]
 
     # eval-model's questions (agent.train.asking, what evaluate and episodes call)
     from diffvoice.agent.train.asking import ask

@@ -200,10 +200,12 @@ def test_a_constrained_row_is_read_after_every_pass(checkpoints):
     assert probe.quiet_passes == 0 and stats["passes"] > 0
 
 
-async def test_a_draft_only_step_yields_to_a_real_request(checkpoints):
+@pytest.mark.parametrize("low", ["draft", "priority"])
+async def test_a_draft_only_step_yields_to_a_real_request(checkpoints, low):
     """Drafts never hold a real request back for a whole block step: once one waits, the
     draft-only step reads at its next pass and the real request is scheduled (passes slowed
-    to 20 ms so it arrives mid-step)."""
+    to 20 ms so it arrives mid-step). The same for a priority-1 request (a /v1 client's)
+    when a priority-0 one (a live call's turn) arrives, and no pass carries both."""
     import threading
     import time
 
@@ -213,7 +215,8 @@ async def test_a_draft_only_step_yields_to_a_real_request(checkpoints):
     step = engine.runner.step
 
     def slow_step(rows, block=None, read=True, wait=True):
-        log.append((all(r.draft for r in rows), read, time.monotonic()))
+        log.append((all(r.draft or r.priority for r in rows), read, time.monotonic()))
+        assert len({(r.draft, r.priority) for r in rows}) == 1  # one rank per pass
         if not read and block.index == 1 and block.passes >= 6:  # early in a long step
             quiet.set()
         time.sleep(0.02)
@@ -221,13 +224,15 @@ async def test_a_draft_only_step_yields_to_a_real_request(checkpoints):
 
     engine.runner.step = slow_step
 
-    async def answer(messages, params, draft=False):
-        return [d async for d in engine.generate(messages, params, draft=draft)]
+    async def answer(messages, params, draft=False, priority=0):
+        return [d async for d in engine.generate(messages, params, draft=draft,
+                                                 priority=priority)]
 
     try:
         long = SamplingParams(max_new_tokens=64, ignore_eos=True, decoding="fast",
                               steps_per_block=8)  # v2 fixture: 8-token blocks, 8 passes each
-        draft = asyncio.create_task(answer(CHATS[0], long, draft=True))
+        draft = asyncio.create_task(answer(CHATS[0], long, **(
+            {"draft": True} if low == "draft" else {"priority": 1})))
         assert await asyncio.to_thread(quiet.wait, 30)
         arrived = time.monotonic()
         await answer(CHATS[1], SamplingParams(max_new_tokens=8))
@@ -235,6 +240,7 @@ async def test_a_draft_only_step_yields_to_a_real_request(checkpoints):
         first_read = next(i for i, (_, read, _) in enumerate(after) if read)
         assert first_read <= 2, after[:8]  # a pass in flight, one before the request was queued
         assert any(not drafts for drafts, _, _ in after)  # the real request ran
+        assert not draft.done()  # and finished first
         draft.cancel()
     finally:
         engine.close()

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
-from diffvoice.engine import EngineOverloaded, SamplingParams
+from diffvoice.engine import EngineOverloaded, PriorityRefused, SamplingParams
 from diffvoice.voice.openai_api.metrics import ApiMetrics
 from diffvoice.voice.openai_api.request import (
     OpenAIError,
@@ -45,7 +45,8 @@ class _OpenAIRoute(APIRoute):
             try:
                 response = await handler(request)
             except OpenAIError as exc:
-                headers = ({"Retry-After": str(OVERLOAD_RETRY_AFTER_S)} if exc.status == 503
+                headers = ({"Retry-After": str(exc.retry_after_s or OVERLOAD_RETRY_AFTER_S)}
+                           if exc.status in (429, 503)
                            else {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
                 response = JSONResponse(exc.body(), status_code=exc.status, headers=headers)
                 if metrics is not None:
@@ -129,6 +130,10 @@ async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> Any:
 
 
 def _engine_errors(exc: Exception) -> OpenAIError:
+    if isinstance(exc, PriorityRefused):  # the API's share of the engine is full
+        return OpenAIError(429, f"The server's capacity for API requests is in use ({exc}); "
+                           "retry shortly.", type="rate_limit_error",
+                           code="rate_limit_exceeded")
     if isinstance(exc, EngineOverloaded):
         return OpenAIError(503, f"The engine is overloaded ({exc}); retry shortly.",
                            type="server_error", code="engine_overloaded")

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 
 from diffvoice.engine import EngineOverloaded
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.openai_api.client_limits import API_PRIORITY, ClientLimits, Lease, admit
 from diffvoice.voice.openai_api.common import (
     _check_auth,
     _default_params,
@@ -48,7 +49,8 @@ log = logging.getLogger(__name__)
 
 
 def add_completions_route(router: APIRouter, state: Any, *,
-                          model_ids: Callable[[], tuple[str, ...]], metrics: ApiMetrics) -> None:
+                          model_ids: Callable[[], tuple[str, ...]], metrics: ApiMetrics,
+                          limits: ClientLimits) -> None:
     engine = state.engine
 
     @router.post("/v1/completions")
@@ -61,11 +63,23 @@ def add_completions_route(router: APIRouter, state: Any, *,
                               code="invalid_json") from exc
         req = parse_completion_request(body, model_ids=model_ids(),
                                        defaults=_default_params(state))
+        lease = admit(limits, request, state, engine, req.prompt, req.params)
+        handed = False  # to the stream, which releases the lease when it ends
+        try:
+            response = await _complete(request, req, lease)
+            handed = req.stream
+            return response
+        finally:
+            if not handed:
+                lease.release()
+
+    async def _complete(request: Request, req: CompletionRequest, lease: Lease) -> Response:
         request_id = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        deltas = engine.generate(req.prompt, req.params, request_id=request_id)
+        deltas = engine.generate(req.prompt, req.params, request_id=request_id,
+                                 priority=API_PRIORITY)
         if req.stream:
-            return await _stream(request, req, deltas, request_id, created)
+            return await _stream(request, req, deltas, request_id, created, lease)
         try:
             text, last = await _unless_disconnected(request, _collect(deltas))
         except (EngineOverloaded, ValueError) as exc:
@@ -92,7 +106,7 @@ def add_completions_route(router: APIRouter, state: Any, *,
         return "".join(parts), last
 
     async def _stream(request: Request, req: CompletionRequest, deltas: AsyncIterator[Any],
-                      request_id: str, created: int) -> Response:
+                      request_id: str, created: int, lease: Lease) -> Response:
         # first block before the headers, so overload / bad prompt still get a status code
         try:
             first = await _unless_disconnected(request, anext(deltas))
@@ -142,6 +156,7 @@ def add_completions_route(router: APIRouter, state: Any, *,
             yield _sse("[DONE]")
 
         def release() -> None:  # however the response ended, never leave the slot held
+            lease.release()
             if not finished:
                 engine.abort(request_id)
 

@@ -30,8 +30,10 @@ class OpenAIError(Exception):
     """An error the API reports to the client in OpenAI's shape."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, type: str = "invalid_request_error") -> None:  # noqa: A002 - OpenAI's field name
+                 code: str | None = None, type: str = "invalid_request_error",  # noqa: A002 - OpenAI's field name
+                 retry_after_s: int | None = None) -> None:
         super().__init__(message)
+        self.retry_after_s = retry_after_s  # a Retry-After header (429 / 503)
         self.status = status
         self.message = message
         self.param = param

@@ -24,11 +24,19 @@ Contract:
   substituted|replaced` (`ungrounded`: wrong, nothing to mend it with, passed as is).
 - A client that goes away (mid-stream or while a non-streamed answer is being drafted) has its
   engine request aborted, so the slot frees before the engine's next step.
+- Live calls first: every /v1 request is counted before any work is done (its prompt's cost,
+  engine.requests.prompt_chars, against max_prompt_chars: 400; its client's concurrency and
+  token budget, client_limits: 429), runs at engine priority API_PRIORITY (behind live call
+  turns, which keep EngineConfig.reserved_slots; 429 when the API's share is full), and its host
+  work (the agent's rules, the dropped-context check) runs on this router's own API_THREADS
+  threads, never on the event loop nor on the default executor the calls use.
 Knows nothing about the voice pipeline; request parsing lives in `request.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import time
@@ -44,6 +52,7 @@ from diffvoice.agent.guard import ClarifyRecord
 from diffvoice.agent.pipeline import Agent
 from diffvoice.engine import EngineOverloaded
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.openai_api.client_limits import API_PRIORITY, ClientLimits, Lease, admit
 from diffvoice.voice.openai_api.common import (
     _check_auth,
     _default_params,
@@ -67,6 +76,8 @@ from diffvoice.voice.openai_api.request import (
 from diffvoice.voice.receptionist.setup import agent_of
 
 log = logging.getLogger(__name__)
+
+API_THREADS = 2  # threads for the API's request-sized host work
 
 def _dropped_context(engine: Any, messages: Any, request_id: str) -> str:
     """'system=1,history=2' when the model's chat template leaves messages out (logged), else ''.
@@ -130,6 +141,7 @@ def make_router(state: Any) -> APIRouter:
     api_metrics = api_metrics_for(registry)
     router = APIRouter(route_class=type("_Route", (_OpenAIRoute,), {"metrics": api_metrics}))
     engine = state.engine
+    limits, api_pool = api_limits(state)
     created_at = int(getattr(state, "started_at", None) or time.time())  # unix seconds
     served = served_model_names(state)
 
@@ -164,17 +176,31 @@ def make_router(state: Any) -> APIRouter:
             raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
                               code="invalid_json") from exc
         chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))
+        lease = admit(limits, request, state, engine, chat.messages, chat.params)
+        handed = False  # to the stream, which releases the lease when it ends
+        try:
+            response = await _chat(request, chat, lease)
+            handed = chat.stream
+            return response
+        finally:
+            if not handed:
+                lease.release()
+
+    async def _chat(request: Request, chat: ChatRequest, lease: Lease) -> Response:
         chat, served_tools = _served_tools(state, chat)
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         agent, record = _agent_for(state, chat)
         deltas = pipeline.serve(  # the agent's rules around the model (agent.pipeline)
             agent, engine, list(chat.messages), chat.params, request_id=request_id,
-            record=record, chat_template_kwargs=chat.chat_template_kwargs)
-        dropped = _dropped_context(engine, chat.messages, request_id)
+            record=record, chat_template_kwargs=chat.chat_template_kwargs,
+            priority=API_PRIORITY, pool=api_pool)
+        dropped = await asyncio.get_running_loop().run_in_executor(
+            api_pool, _dropped_context, engine, chat.messages, request_id)
         if chat.stream:
             return await _stream(request, chat, deltas, request_id, created,
-                                 {SERVED_TOOLS_HEADER: "served"} if served_tools else {})
+                                 {SERVED_TOOLS_HEADER: "served"} if served_tools else {},
+                                 lease)
         try:
             text, last = await _unless_disconnected(request, _collect(deltas))
         except (EngineOverloaded, ValueError) as exc:
@@ -214,7 +240,8 @@ def make_router(state: Any) -> APIRouter:
         return "".join(parts), last
 
     async def _stream(request: Request, chat: ChatRequest, deltas: AsyncIterator[Any],
-                      request_id: str, created: int, headers: dict[str, str]) -> Response:
+                      request_id: str, created: int, headers: dict[str, str],
+                      lease: Lease) -> Response:
         # Wait for the first block before sending headers, so overload and invalid-prompt errors
         # still get a proper status code; the first chunk needs that block anyway.
         try:
@@ -267,13 +294,32 @@ def make_router(state: Any) -> APIRouter:
             yield _sse("[DONE]")
 
         def release() -> None:  # however the response ended, never leave the slot held
+            lease.release()
             if not finished:
                 engine.abort(request_id)
 
         return _SlotReleasingStream(events(), on_close=release, headers=headers)
 
-    add_completions_route(router, state, model_ids=model_ids, metrics=api_metrics)
+    add_completions_route(router, state, model_ids=model_ids, metrics=api_metrics,
+                          limits=limits)
     return router
+
+
+def api_limits(state: Any) -> tuple[ClientLimits, concurrent.futures.ThreadPoolExecutor]:
+    """The server's one ClientLimits and API thread pool (made on first use, kept on `state`:
+    the chat and completions routes share them)."""
+    made = getattr(state, "_api_limits", None)
+    if made is None:
+        config = getattr(state, "config", None)
+        made = (ClientLimits(getattr(config, "api_client_concurrency", 0) or 0,
+                             getattr(config, "api_client_tokens_per_min", 0) or 0),
+                concurrent.futures.ThreadPoolExecutor(API_THREADS,
+                                                      thread_name_prefix="diffvoice-api"))
+        try:
+            state._api_limits = made
+        except AttributeError:  # a state that takes no attributes: per router
+            pass
+    return made
 
 
 def served_model_names(state: Any) -> tuple[str, ...]:
