@@ -118,6 +118,39 @@ class SessionLimits:
                        "data, came from the peer this many seconds after a ping; a peer that "
                        "keeps sending is never closed for a late pong. 0: never"),
     )
+    # --- message floods (voice.transport.message_rate, issue 54 N5) ---
+    ws_message_rate: float = field(
+        default=200.0,
+        metadata=_help("WebSocket messages a second one /ws or Twilio stream peer may send, "
+                       "every frame counted (audio, text, empty frames, pings, fragments); "
+                       "past it plus --ws-message-burst the socket is closed 1008 message_rate. "
+                       "0: no limit"),
+    )
+    ws_message_burst: int = field(
+        default=400,
+        metadata=_help("WebSocket messages a peer may send beyond --ws-message-rate at once "
+                       "(e.g. after a network stall)"),
+    )
+
+    # --- who may hold the sessions (issue 54 N6, Twilio streams before 'start') ---
+    max_browser_sessions: int | None = field(
+        default=None,
+        metadata=_help("concurrent /ws browser sessions; more get 1013 overloaded. Default: "
+                       "--max-sessions less the phone share (--max-phone-calls, else half) "
+                       "when Twilio is configured (an auth token, or --no-twilio-validate), so "
+                       "browser callers cannot lock phone callers out; else --max-sessions"),
+    )
+    max_pending_streams: int = field(
+        default=32,
+        metadata=_help("Twilio stream sockets that have not sent 'start' yet, all clients "
+                       "together; more are closed at once (1013)"),
+    )
+    max_pending_streams_per_ip: int = field(
+        default=8,
+        metadata=_help("Twilio stream sockets one client IP may hold before 'start'; more are "
+                       "closed at once (1013)"),
+    )
+
     loop_stall_log_ms: float = field(
         default=0.0,
         metadata=_help("diagnostics: log the stack that held the event loop whenever it is "
@@ -135,12 +168,18 @@ class SessionLimits:
             raise ValueError(f"malloc_arena_max must be an integer >= 0, got "
                              f"{self.malloc_arena_max!r}")
         for name in ("max_sessions_per_ip", "max_body_bytes", "max_form_bytes",
-                     "connection_headroom"):
+                     "connection_headroom", "ws_message_burst", "max_pending_streams",
+                     "max_pending_streams_per_ip"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        browsers = self.max_browser_sessions
+        if browsers is not None and (isinstance(browsers, bool) or not isinstance(browsers, int)
+                                     or browsers < 1):
+            raise ValueError(f"max_browser_sessions must be an integer >= 1 or unset, "
+                             f"got {browsers!r}")
         for name in ("ws_ping_interval_s", "ws_ping_timeout_s", "loop_stall_log_ms",
-                     "switch_interval_ms"):
+                     "switch_interval_ms", "ws_message_rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0 (0: off), got {value!r}")

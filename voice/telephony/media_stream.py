@@ -14,7 +14,12 @@ drops on the floor:
   is not base64, ``dtmf`` not an object) is skipped and logged, never ending the call by
   itself; the count is in ``malformed`` and past ``MAX_MALFORMED`` ``on_malformed_limit`` is
   called once (the router then closes that call with 1007 "malformed_messages");
-- every valid ``media`` message calls ``on_media`` (the router's idle watchdog);
+- every valid ``media`` message calls ``on_media(audio_s)`` with its seconds of audio (the
+  router's idle watchdog, which counts audio, not messages: an empty payload is 0 s);
+- every message, whatever it is, counts against ``message_rate`` when one is set (the router
+  sets it when the WebSocket protocol does not count frames itself:
+  voice.transport.message_rate); past it ``on_message_flood`` is called once (the router then
+  closes the stream 1008 ``message_rate``) and every later message is dropped unread;
 - caller audio is admitted at the speed of speech (voice.ingest_limit, 8 kHz mu-law = 8000
   payload bytes a second): beyond ``audio_rate_limit`` x real time plus ``audio_burst_s`` a
   ``media`` message's audio is refused (never queued); once the caller is ahead of that rate by
@@ -37,8 +42,12 @@ pipecat would refuse to build the serializer.
 :class:`TwilioMediaStreamTransport` is pipecat's ``FastAPIWebsocketTransport`` whose output
 side also sends a ``mark`` after the first audio chunk of every bot speech run and at the end of
 it, and tells the tracker about interruptions (pipecat's serializer turns the InterruptionFrame
-into Twilio's ``clear``). It relies on two pipecat 1.14 internals: the transport's ``_output``
-attribute, replaced after construction, and the output transport's ``_client``.
+into Twilio's ``clear``). When pipecat's output transport gives up on a write (one that took
+over its ``audio_out_write_timeout_secs``, e.g. after an event-loop stall) it marks itself
+unusable and never writes again; the transport then calls ``on_output_stalled`` once (the
+router closes the call 1013 ``output_stalled``: never a call that stays up without audio).
+It relies on two pipecat 1.14 internals: the transport's ``_output`` attribute, replaced after
+construction, and the output transport's ``_client``.
 
 No FastAPI routing, signature checks or latency logging here.
 """
@@ -79,6 +88,7 @@ from diffvoice.voice.ingest_limit import ACCEPT, CLOSE, CLOSE_REASON, IngestLimi
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 from diffvoice.voice.telephony import mulaw
 from diffvoice.voice.telephony.playout import PlayoutTracker
+from diffvoice.voice.transport.message_rate import MessageRate
 from diffvoice.voice.transport.stale_audio import StaleAudioGuard
 from diffvoice.voice.transport.vad_aligned import VadAlignedInput
 
@@ -142,6 +152,9 @@ class CallSerializer(TwilioFrameSerializer):
         self.ingest_limit = ingest_limit  # None: TwilioMediaStreamTransport picks one
         self.on_too_fast: Callable[[], None] | None = None  # once, past the ingest limit
         self.too_fast = False
+        self.message_rate: MessageRate | None = None  # None: the WebSocket protocol counts
+        self.on_message_flood: Callable[[], None] | None = None  # once, past message_rate
+        self.flooded = False
 
     async def serialize(self, frame: Frame) -> str | bytes | None:
         if self.stopped and isinstance(frame, (EndFrame, CancelFrame)):
@@ -197,7 +210,20 @@ class CallSerializer(TwilioFrameSerializer):
             return "'dtmf' is not an object"
         return None
 
+    def _flooded(self) -> bool:
+        """Count one message; True (and on_message_flood called once) past the rate."""
+        if self.message_rate is None or self.message_rate.admit():
+            return False
+        if not self.flooded:
+            self.flooded = True
+            logger.warning("twilio %s: closing: %s", self.call_sid, self.message_rate.describe())
+            if self.on_message_flood is not None:
+                self.on_message_flood()
+        return True
+
     async def deserialize(self, data: str | bytes) -> Frame | None:
+        if self._flooded():
+            return None
         now = time.time()
         self._tracker.expire(now)
         try:
@@ -211,9 +237,9 @@ class CallSerializer(TwilioFrameSerializer):
             return None
         event = message.get("event")
         if event == "media":  # what pipecat's deserialize does, without parsing the JSON again
-            if self.on_media is not None:
-                self.on_media()
             ulaw = base64.b64decode(message["media"]["payload"])
+            if self.on_media is not None:
+                self.on_media(mulaw_seconds(len(ulaw), TWILIO_SAMPLE_RATE))
             if not self._admit(len(ulaw)):
                 return None
             pcm = mulaw.decode_fast(ulaw).tobytes()
@@ -252,6 +278,13 @@ class _MarkingOutputTransport(FastAPIWebsocketOutputTransport):
         self._first_chunk_pending = False
         self._run_open = False
         self.stale = StaleAudioGuard()
+        self.on_output_stalled: Callable[[], None] | None = None  # once, when writes give up
+
+    async def set_usable(self, is_usable: bool):
+        was_usable = self.is_usable
+        await super().set_usable(is_usable)
+        if was_usable and not is_usable and self.on_output_stalled is not None:
+            self.on_output_stalled()
 
     async def _send_mark(self, name: str) -> None:
         message = {"event": "mark", "streamSid": self._stream_sid, "mark": {"name": name}}

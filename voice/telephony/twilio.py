@@ -32,8 +32,15 @@ heard the answer, is appended to the JSON-lines latency log as ``{"type": "telep
 ...}`` (the plain record was already written by the pipeline). ``calls`` (an
 :class:`ActiveCalls`) lets tests and the server see calls in progress.
 
-Limits (ServeConfig, shared with /ws): no ``start`` within ``handshake_timeout_s`` -> close 1008;
-no ``media`` for ``idle_timeout_s`` -> close 1008 "idle_timeout"; a call ``max_call_s`` old ->
+Limits (ServeConfig, shared with /ws): before ``start``, at most ``max_pending_streams``
+sockets in all and ``max_pending_streams_per_ip`` from one client IP may be open; one more is
+closed 1013 "too many streams waiting for start" at once (issue 54: 200 sockets that never sent
+``start`` were all accepted); more than ``ws_message_rate`` messages a second beyond
+``ws_message_burst`` -> close 1008 "message_rate" (voice.transport.message_rate); the call's
+audio output stalled -> close 1013 "output_stalled";
+no ``start`` within ``handshake_timeout_s`` -> close 1008;
+less than a second of caller audio (empty ``media`` count nothing) for ``idle_timeout_s`` ->
+close 1008 "idle_timeout"; a call ``max_call_s`` old ->
 close 1008 "max_duration"; more than ``MAX_MALFORMED`` malformed messages after ``start`` -> close
 1007 "malformed_messages" (a single malformed one is logged and skipped, see media_stream). A
 webhook whose parameters do not fit TwiML (a CallSid/From over 500 characters) gets 400; webhook
@@ -54,6 +61,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import PlainTextResponse, Response
 
+from diffvoice.voice.call_limits import ClientSlots
 from diffvoice.voice.telephony import signature, twiml
 from diffvoice.voice.telephony.admission import (
     PhoneAdmission,
@@ -74,10 +82,12 @@ from diffvoice.voice.telephony.handshake import (
     StreamStart,
 )
 from diffvoice.voice.telephony.twilio_call import ActiveCalls, CallLimits, log_writer, run_call
+from diffvoice.voice.transport.message_rate import limit_socket
 
 logger = logging.getLogger(__name__)
 
 CLOSE_TRY_AGAIN_LATER = 1013
+PENDING_REASON = "too many streams waiting for start"
 
 SIGNATURE_HEADER = "X-Twilio-Signature"
 STATUS_FIELDS = (
@@ -166,9 +176,12 @@ def make_router(
     calls = calls if calls is not None else ActiveCalls()
     phones = getattr(state, "phone_admission", None) or PhoneAdmission(
         phone_call_limit(state.config), claim_retention_s(state.config))
+    pending = ClientSlots(int(getattr(state.config, "max_pending_streams_per_ip", 8)))
+    max_pending = int(getattr(state.config, "max_pending_streams", 32))
     router = APIRouter()
     router.calls = calls  # type: ignore[attr-defined]  # for the server's /healthz and tests
     router.phones = phones  # type: ignore[attr-defined]
+    router.pending = pending  # type: ignore[attr-defined]  # stream sockets before 'start'
     status_log = log_writer(state, cfg.status_callback_log)
 
     @router.post(VOICE_PATH)
@@ -220,6 +233,14 @@ def make_router(
     @router.websocket(STREAM_PATH)
     async def media_stream(ws: WebSocket) -> None:
         await ws.accept()
+        client_ip = ws.client.host if ws.client else "?"
+        if pending.held() >= max_pending or not pending.acquire(client_ip):
+            logger.warning("twilio: closing a stream from %s: %d streams already wait for "
+                           "'start' (max_pending_streams %d, per IP %d)", client_ip,
+                           pending.held(), max_pending, pending.limit)
+            await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason=PENDING_REASON)
+            return
+        message_rate = limit_socket(ws, state.config)
         try:
             start = await _read_handshake(ws, limits.handshake_timeout_s)
         except WebSocketDisconnect:
@@ -229,6 +250,8 @@ def make_router(
             logger.warning("twilio: closing stream: %s", e)
             await ws.close(code=e.code, reason=e.reason)
             return
+        finally:
+            pending.release(client_ip)
         refusal = _refusal(cfg, phones, start)
         if refusal is None and _at_capacity(state):
             phones.release()
@@ -238,7 +261,8 @@ def make_router(
             await ws.close(code=refusal[0], reason=refusal[1])
             return
         try:
-            await run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)
+            await run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits,
+                           message_rate=message_rate)
         finally:
             phones.release()
 

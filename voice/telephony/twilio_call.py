@@ -4,7 +4,10 @@
 `run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)` builds the call's
 pipeline (voice.pipeline.build_pipeline by default) over TwilioMediaStreamTransport with a
 PlayoutTracker, runs it until Twilio sends `stop`, the socket drops, a limit expires
-(`CallLimits`: idle, maximum duration; malformed messages) or the pipeline ends, and cleans up:
+(`CallLimits`: idle — less than a second of caller audio in idle_timeout_s, empty media do not
+count —, maximum duration; malformed messages: 1007; more messages a second than
+`message_rate` allows: 1008 "message_rate"), the call's audio output stalls (1013
+"output_stalled") or the pipeline ends, and cleans up:
 the call leaves `calls` (ActiveCalls), the server's session count and metrics, and its start and
 end go to the status log. Each turn's record, enriched with when the caller heard the answer,
 goes to the latency log (`log_writer`: the server's shared LatencyLog when it is the same file,
@@ -45,6 +48,7 @@ _PLAYOUT_FIELDS = (
     "call_sid", "stream_sid",
 )  # fmt: skip
 _log_lock = threading.Lock()
+CLOSE_CODES = {"malformed_messages": CLOSE_INVALID_PAYLOAD, "output_stalled": 1013}  # else 1008
 
 
 def log_writer(state, path: str | None) -> Callable[[dict], None]:
@@ -101,7 +105,7 @@ class CallLimits:
 
 async def run_call(
     state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log,
-    limits: CallLimits | None = None,
+    limits: CallLimits | None = None, message_rate=None,
 ) -> None:
     from pipecat.pipeline.runner import WorkerRunner
 
@@ -149,20 +153,23 @@ async def run_call(
         account_sid=start.account_sid or cfg.twilio_account_sid,
         auth_token=cfg.twilio_auth_token,
     )
+    serializer.message_rate = message_rate  # None: the WebSocket protocol counts messages
     limits = limits or CallLimits()
 
     async def expire(reason: str) -> None:
         # idle_timeout / max_duration / malformed_messages: say why, then end this call only
         logger.warning("twilio %s: closing stream: %s", call.call_sid, reason)
         end_call(reason)
-        code = CLOSE_INVALID_PAYLOAD if reason == "malformed_messages" else CLOSE_POLICY
+        code = CLOSE_CODES.get(reason, CLOSE_POLICY)
         with contextlib.suppress(Exception):
             await ws.close(code=code, reason=reason)
 
     watchdog = CallWatchdog(limits.idle_timeout_s, limits.max_call_s, expire)
-    serializer.on_media = watchdog.touch
+    serializer.on_media = watchdog.heard
     serializer.on_malformed_limit = lambda: asyncio.create_task(expire("malformed_messages"))
+    serializer.on_message_flood = lambda: watchdog.fire("message_rate")
     transport = TwilioMediaStreamTransport(ws, serializer=serializer, tracker=tracker)
+    transport.output().on_output_stalled = lambda: watchdog.fire("output_stalled")
     _, worker = build_pipeline(
         state,
         transport,

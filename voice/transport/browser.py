@@ -14,6 +14,10 @@ this module only bridges to pipecat:
   the client's queue stays short and an interruption drops the rest here, server-side (pipecat's
   output transport empties its queue on InterruptionFrame; chunks of the interrupted answer
   that were already past that queue are dropped too, voice.transport.stale_audio).
+  When pipecat's output transport gives up on a write (one over its
+  `audio_out_write_timeout_secs`, e.g. after an event-loop stall) it marks itself unusable and
+  never writes again: `output().on_output_stalled()` is then called once, so the session can
+  close the call with a reason rather than leave it connected and silent (issue 54 N7).
 
 Knows nothing about JSON events, the engine or FastAPI.
 """
@@ -69,6 +73,13 @@ class BrowserOutputTransport(BaseOutputTransport):
         self._lead_secs = lead_secs
         self._playout_end = 0.0  # monotonic time at which the client finishes what we sent
         self.stale = StaleAudioGuard()
+        self.on_output_stalled: Callable[[], None] | None = None  # once, when writes give up
+
+    async def set_usable(self, is_usable: bool) -> None:
+        was_usable = self.is_usable
+        await super().set_usable(is_usable)
+        if was_usable and not is_usable and self.on_output_stalled is not None:
+            self.on_output_stalled()
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)

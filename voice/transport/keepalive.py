@@ -19,6 +19,13 @@ picks) with one change at the pong deadline (`ping_timeout` seconds after a keep
 A text frame that is not valid UTF-8 is closed with **1007** as uvicorn does, but logged as one
 WARNING line on `uvicorn.error` (client address, byte count), not uvicorn's ERROR with a full
 traceback per frame (issue 39: 136 tracebacks in one fuzz run); the app sees a disconnect.
+Every frame from the peer (text, binary, continuation fragments, pings, pongs) is counted
+against a message rate (voice.transport.message_rate, issue 54 N5): past it the connection is
+closed **1008** `message_rate` at once, frames already parsed but not yet read by the app are
+dropped, and the app sees a disconnect (counted in `KeepaliveWebSocketProtocol.flooded`). The
+counter is in the ASGI scope's extensions under `message_rate.SCOPE_KEY`, so the app can set
+the server's `ws_message_rate` / `ws_message_burst` once it has accepted (`limit_socket`);
+until then the module defaults apply.
 Pass the class as `uvicorn.run(..., ws=KeepaliveWebSocketProtocol)`; `ws_ping_interval=None`
 turns keepalive pings off, `ws_ping_timeout=None` sends pings but never times out. The idle
 timeout (`idle_timeout_s`, no caller audio) stays the documented reaper of quiet calls.
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from diffvoice.voice.transport import message_rate
+
 KEEPALIVE_CLOSE_CODE = 1008
 KEEPALIVE_CLOSE_REASON = "keepalive_timeout"
 
@@ -35,10 +44,64 @@ KEEPALIVE_CLOSE_REASON = "keepalive_timeout"
 class KeepaliveWebSocketProtocol(WebSocketsSansIOProtocol):
     spared = 0  # late pongs forgiven because the peer was sending (process-wide counters)
     closed = 0  # connections closed keepalive_timeout
+    flooded = 0  # connections closed message_rate
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.last_received_at = 0.0  # loop time of the last bytes from the peer
+        self.message_rate = message_rate.MessageRate()
+
+    def handle_connect(self, event) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)  # absent when the upgrade was refused
+        if scope is not None:
+            scope["extensions"][message_rate.SCOPE_KEY] = self.message_rate
+
+    def _over_rate(self) -> bool:
+        """Count one frame; True (and the connection failed 1008 message_rate) past the rate."""
+        if self.message_rate.admit():
+            return False
+        if not (self.close_sent or self.transport.is_closing()):
+            type(self).flooded += 1
+            client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+            self.logger.warning("%s - WebSocket closed 1008 message_rate: %s", client,
+                                self.message_rate.describe())
+            kept = []  # what the app has not read yet is dropped: it would only be more load
+            while not self.queue.empty():
+                queued = self.queue.get_nowait()
+                if queued["type"] != "websocket.receive":
+                    kept.append(queued)
+            for queued in kept:
+                self.queue.put_nowait(queued)
+            self.frames = []
+            self.queue.put_nowait({"type": "websocket.disconnect",
+                                   "code": message_rate.CLOSE_CODE,
+                                   "reason": message_rate.CLOSE_REASON})
+            self.conn.fail(message_rate.CLOSE_CODE, message_rate.CLOSE_REASON)
+            self.transport.write(b"".join(self.conn.data_to_send()))
+            self.close_sent = True
+            self.transport.close()
+        return True
+
+    def handle_text(self, event) -> None:
+        if not self._over_rate():
+            super().handle_text(event)
+
+    def handle_bytes(self, event) -> None:
+        if not self._over_rate():
+            super().handle_bytes(event)
+
+    def handle_cont(self, event) -> None:
+        if not self._over_rate():
+            super().handle_cont(event)
+
+    def handle_ping(self) -> None:
+        if not self._over_rate():
+            super().handle_ping()
+
+    def handle_pong(self, event) -> None:
+        if not self._over_rate():
+            super().handle_pong(event)
 
     def data_received(self, data: bytes) -> None:
         self.last_received_at = self.loop.time()

@@ -61,6 +61,8 @@ ERROR_CLOSE_CODES: dict[str, int] = {
     "idle_timeout": CLOSE_POLICY_VIOLATION,  # no caller audio for idle_timeout_s
     "max_duration": CLOSE_POLICY_VIOLATION,  # the call reached max_call_s
     "audio_too_fast": CLOSE_POLICY_VIOLATION,  # caller audio beyond audio_rate_limit + burst
+    "message_rate": CLOSE_POLICY_VIOLATION,  # messages beyond ws_message_rate + burst
+    "output_stalled": CLOSE_TRY_AGAIN_LATER,  # the call's audio output could not be written
     "internal": CLOSE_INTERNAL_ERROR,  # server bug; the session cannot continue
 }
 

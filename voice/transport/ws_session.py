@@ -15,11 +15,19 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
    `ping` gets `pong`; any ProtocolError sends an `error` event and closes *this* socket with the
    error's
    close code (reason = error code) — other sessions never notice;
-5. limits (ServeConfig): no caller audio for `idle_timeout_s` -> "idle_timeout", the call
-   `max_call_s` old -> "max_duration" (both 1008, with an error event first); caller audio
+5. limits (ServeConfig): less than a second of caller audio (voice.call_limits: empty or tiny
+   frames do not count) in `idle_timeout_s` -> "idle_timeout", the call `max_call_s` old ->
+   "max_duration" (both 1008, with an error event first); caller audio
    faster than `audio_rate_limit` x real time beyond `audio_burst_s` (voice.ingest_limit) is
    refused frame by frame, never queued, and once the caller is ahead of that rate by twice
-   `audio_burst_s` (refused audio counted) -> "audio_too_fast" (1008);
+   `audio_burst_s` (refused audio counted) -> "audio_too_fast" (1008); more than
+   `ws_message_rate` messages a second beyond `ws_message_burst` (every message, whatever it
+   carries: voice.transport.message_rate, counted by the keepalive protocol under `diffvoice
+   serve`, pings included, else here) -> "message_rate" (1008); browser sessions past
+   `browser_session_limit` (the phone callers' share of `max_sessions` is kept) -> "overloaded"
+   (1013); the call's audio output can no longer be written (pipecat's output transport gave
+   up on a write that took over its timeout, e.g. after an event-loop stall, and marked itself
+   unusable) -> "output_stalled" (1013), never a call that stays connected without audio;
 6. on any exit (client gone, protocol error, server shutdown) cancel the pipeline, which aborts
    this session's engine request, and report the session closed to the metrics.
 
@@ -40,17 +48,26 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.access import allowed_origins, origin_allowed, ws_credential_ok
-from diffvoice.voice.call_limits import CallWatchdog
+from diffvoice.voice.call_limits import CallWatchdog, browser_session_limit
 from diffvoice.voice.ingest_limit import CLOSE, DROP, IngestLimit, pcm_seconds
 from diffvoice.voice.pipeline import build_pipeline
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.browser import BrowserTransport
+from diffvoice.voice.transport.message_rate import MessageRate, limit_socket
 
 PIPELINE_READY_SECS = 30.0
 SHUTDOWN_SECS = 5.0
 SEND_TIMEOUT_SECS = 10.0  # one socket write; longer means the client stopped reading
 LIMIT_FIELDS = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s",
                 "handshake_timeout": "handshake_timeout_s"}  # close reason -> ServeConfig field
+OUTPUT_STALLED = "output_stalled"
+
+
+def _limit_message(reason: str) -> str:
+    if reason == OUTPUT_STALLED:
+        return ("the call's audio output could not be written in time (the server stalled); "
+                "call again")
+    return f"closed by the server's {LIMIT_FIELDS[reason]} limit"
 
 
 class BrowserSession:
@@ -61,7 +78,9 @@ class BrowserSession:
         self.client_ip = websocket.client.host if websocket.client else "?"
         self._send_lock = asyncio.Lock()
         self._open = True
+        self._watchdog: CallWatchdog | None = None  # while the receive loop runs
         self.ingest: IngestLimit | None = None  # made when the call's setup starts (run)
+        self.message_rate: MessageRate | None = None  # None: the protocol counts (run)
 
     # ------------------------------------------------------------------ sending
 
@@ -108,6 +127,8 @@ class BrowserSession:
             return None
         if message["type"] == "websocket.disconnect":
             return None
+        if self.message_rate is not None and not self.message_rate.admit():
+            raise protocol.ProtocolError("message_rate", self.message_rate.describe())
         if message.get("bytes") is not None:
             return message["bytes"]
         if message.get("text") is not None:
@@ -128,10 +149,17 @@ class BrowserSession:
                 "<key>' or connect to /ws?token=<token from POST /session-token>")
         if self.state.sessions_open() >= config.max_sessions:
             return protocol.ProtocolError("overloaded", "too many sessions, try later")
-        if not self.state.client_slots.acquire(self.client_ip):
+        slots = self.state.client_slots
+        if not slots.acquire(self.client_ip):
             return protocol.ProtocolError(
                 "too_many_sessions", f"this client already holds "
-                f"{self.state.client_slots.limit} sessions (max_sessions_per_ip)")
+                f"{slots.limit} sessions (max_sessions_per_ip)")
+        browsers = browser_session_limit(config)
+        if browsers is not None and slots.held() > browsers:  # held() counts this one now
+            slots.release(self.client_ip)
+            return protocol.ProtocolError(
+                "overloaded", f"all {browsers} browser lines are busy (max_browser_sessions; "
+                f"the rest of max_sessions is kept for phone callers), try later")
         return None
 
     async def _next(self, deadline: float, reason: str) -> str | bytes | None:
@@ -139,8 +167,7 @@ class BrowserSession:
         try:
             return await asyncio.wait_for(self._receive(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            raise protocol.ProtocolError(
-                reason, f"closed by the server's {LIMIT_FIELDS[reason]} limit") from None
+            raise protocol.ProtocolError(reason, _limit_message(reason)) from None
 
     async def _receive_all(self, transport: BrowserTransport, runner_task: asyncio.Task,
                            connected_t: float) -> None:
@@ -157,6 +184,9 @@ class BrowserSession:
                                 on_expire=lambda _reason: self._cancel(receiving))
         watchdog.started_at = connected_t
         watchdog.start()
+        self._watchdog = watchdog
+        if not transport.output().is_usable:  # it gave up before reading started
+            watchdog.fire(OUTPUT_STALLED)
         try:
             while True:
                 raw = await self._receive()
@@ -164,16 +194,16 @@ class BrowserSession:
                     return
                 message = protocol.decode_client(raw)
                 if isinstance(message, protocol.AudioIn):
-                    watchdog.touch()
+                    watchdog.heard(pcm_seconds(len(message.pcm), protocol.INPUT_SAMPLE_RATE))
                 await self._handle(message, transport)
         except asyncio.CancelledError:
             if watchdog.expired is None or receiving.cancelling() > 1:
                 raise  # the server is shutting down, not a limit
             receiving.uncancel()
-            raise protocol.ProtocolError(
-                watchdog.expired, f"closed by the server's {LIMIT_FIELDS[watchdog.expired]} limit"
-            ) from None
+            raise protocol.ProtocolError(watchdog.expired, _limit_message(watchdog.expired)
+                                         ) from None
         finally:
+            self._watchdog = None
             await watchdog.stop()
 
     @staticmethod
@@ -183,6 +213,7 @@ class BrowserSession:
     async def run(self) -> None:
         state = self.state
         await self.ws.accept()
+        self.message_rate = limit_socket(self.ws, state.config)
         refusal = self._refusal()
         if refusal is not None:
             await self.fail(refusal)
@@ -232,6 +263,15 @@ class BrowserSession:
             )
             tracker = worker.diffvoice_tracker
             pipeline_started = asyncio.Event()
+
+            def _output_stalled() -> None:
+                # pipecat's output transport gave up on a write (over its timeout, e.g. after
+                # an event-loop stall) and writes nothing from now on: end the call, with why
+                logger.warning(f"session {self.session_id}: audio output stalled, closing")
+                if self._watchdog is not None:
+                    self._watchdog.fire(OUTPUT_STALLED)
+
+            transport.output().on_output_stalled = _output_stalled
 
             @worker.event_handler("on_pipeline_started")
             async def _started(_worker, _frame):

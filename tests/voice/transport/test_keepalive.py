@@ -2,10 +2,15 @@
 not closed (uvicorn's own protocol closes it 1011 "keepalive ping timeout", the soak's failure);
 a client that sends nothing at all is closed 1008 `keepalive_timeout`, as docs/protocol.md
 says. The client is a raw socket driven by websockets' sans-I/O protocol so that its pongs can
-be withheld."""
+be withheld.
+
+Issue 54 N5: every frame (binary, text, fragments, pings) counts against the message rate
+(voice.transport.message_rate); a flood of empty frames or of pings is closed 1008
+`message_rate` (before: never closed), and a route's `limit_socket` sets the protocol's rate."""
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import pytest
 from fastapi import FastAPI, WebSocket
@@ -21,6 +26,9 @@ from diffvoice.voice.transport.keepalive import (
     KEEPALIVE_CLOSE_REASON,
     KeepaliveWebSocketProtocol,
 )
+from diffvoice.voice.transport.message_rate import DEFAULT_BURST, limit_socket
+
+STRICT = SimpleNamespace(ws_message_rate=20.0, ws_message_burst=5)
 
 PING_S, TIMEOUT_S = 0.2, 0.3
 
@@ -36,6 +44,17 @@ def port():
             for _ in range(100_000):
                 await websocket.receive_bytes()
         except WebSocketDisconnect:
+            pass
+
+    @app.websocket("/strict")
+    async def strict(websocket: WebSocket) -> None:
+        await websocket.accept()
+        assert limit_socket(websocket, STRICT) is None  # the protocol enforces it
+        await websocket.send_text("limited")
+        try:
+            for _ in range(100_000):
+                await websocket.receive()
+        except (WebSocketDisconnect, RuntimeError):
             pass
 
     with UvicornThread(app, lifespan="off", ws=KeepaliveWebSocketProtocol,
@@ -102,3 +121,50 @@ def test_serve_passes_its_keepalive_settings_to_uvicorn():
     assert ServeConfig().ws_ping_interval_s == 20.0 and ServeConfig().ws_ping_timeout_s == 20.0
     with pytest.raises(ValueError, match="ws_ping_timeout_s"):
         ServeConfig(ws_ping_timeout_s=-1)
+
+
+async def _flood(port: int, path: str, frames: int, kind: str = "binary",
+                 wait_first: bool = False) -> tuple | None:
+    """Send `frames` empty frames (or pings) in one write; the server's close, or None if the
+    socket is still open 0.8 s later."""
+    proto = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}{path}"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    proto.send_request(proto.connect())
+    writer.write(b"".join(proto.data_to_send()))
+    try:
+        while proto.state is not State.OPEN:
+            proto.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+        if wait_first:  # the route has applied its limit (it sends one message after)
+            while not proto.events_received():
+                proto.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+        for _ in range(frames):
+            proto.send_ping(b"") if kind == "ping" else proto.send_binary(b"")
+        writer.write(b"".join(proto.data_to_send()))
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            try:
+                data = await asyncio.wait_for(reader.read(65536), 0.1)
+            except TimeoutError:
+                continue
+            if not data:
+                break
+            proto.receive_data(data)
+            writer.write(b"".join(proto.data_to_send()))  # pongs: keepalive must not close it
+            if proto.close_rcvd is not None:
+                return proto.close_rcvd.code, proto.close_rcvd.reason
+        return None if time.monotonic() >= deadline else ("eof", "")
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("kind", ["binary", "ping"])
+def test_a_flood_of_empty_frames_or_pings_is_closed_message_rate(port, kind):
+    flooded = KeepaliveWebSocketProtocol.flooded
+    got = asyncio.run(_flood(port, "/ws", 4 * DEFAULT_BURST, kind))
+    assert got == (1008, "message_rate")
+    assert KeepaliveWebSocketProtocol.flooded == flooded + 1
+
+
+def test_the_route_sets_the_rate_and_a_burst_within_it_passes(port):
+    assert asyncio.run(_flood(port, "/ws", 30)) is None  # the default rate takes 30 at once
+    assert asyncio.run(_flood(port, "/strict", 30, wait_first=True)) == (1008, "message_rate")

@@ -1,6 +1,9 @@
 """Issue 12 on the real server (build_app on loopback): /ws admission (Origin, API keys and
 session tokens, per-IP cap), handshake and idle reaping, JSON edge cases, empty first frame,
 frames over 1 MiB; /healthz, /metrics and /session-token with --api-keys; 413 and 400s on /v1.
+Issue 54: a flood of empty frames is closed `message_rate` (N5; counted here by the session, as
+this server runs uvicorn's plain protocol), empty frames do not keep a silent session open (N5),
+browser sessions stop at their share of max_sessions (N6).
 
 Uses the random-weight engine and tiny Whisper of tests/voice/conftest.py; every wait is
 bounded."""
@@ -8,6 +11,7 @@ bounded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import urllib.error
@@ -42,7 +46,8 @@ def _state(voice_state, **changes):
 @pytest.fixture(scope="module")
 def limited(voice_state):
     state = _state(voice_state, idle_timeout_s=1.5, handshake_timeout_s=1.5,
-                   max_sessions_per_ip=2, allowed_origins=("https://app.example",))
+                   max_sessions_per_ip=2, allowed_origins=("https://app.example",),
+                   ws_message_rate=50.0, ws_message_burst=100, max_browser_sessions=3)
     with _AppServer(state) as server:
         yield server
 
@@ -62,11 +67,11 @@ def keyed(voice_state):
         yield server
 
 
-async def _close_of(url: str, first=None, headers=None, within_s=10.0):
+async def _close_of(url: str, first=None, headers=None, within_s=10.0, **connect):
     """Connect, optionally send `first`, read until the server closes: (error codes, close)."""
     errors = []
     async with websockets.connect(url, max_size=None, additional_headers=headers or {},
-                                  ping_interval=None) as ws:
+                                  ping_interval=None, **connect) as ws:
         if first is not None:
             try:  # a refused socket may already be closed; its error event is still read
                 await ws.send(first)
@@ -268,3 +273,119 @@ async def test_audio_first_means_defaults(limited):
         started = protocol.decode_server(await asyncio.wait_for(ws.recv(), scaled(20)))
     assert isinstance(started, protocol.SessionStarted)
     assert started.stop_secs == limited.state.config.stop_secs
+
+
+async def _start(url: str, **connect):
+    ws = await websockets.connect(url, ping_interval=None, **connect)
+    await ws.send(protocol.SessionStart(config={}).encode())
+    started = protocol.decode_server(await asyncio.wait_for(ws.recv(), scaled(20)))
+    assert isinstance(started, protocol.SessionStarted)
+    return ws
+
+
+async def _errors_and_close(ws, within_s: float):
+    errors = []
+    try:
+        async with asyncio.timeout(scaled(within_s)):
+            async for message in ws:
+                if isinstance(message, str):
+                    event = protocol.decode_server(message)
+                    if isinstance(event, protocol.Error):
+                        errors.append(event.code)
+    except websockets.ConnectionClosed:
+        pass
+    return errors, ws.close_code, ws.close_reason
+
+
+async def test_a_flood_of_empty_frames_is_closed_message_rate(limited):
+    """Issue 54 N5: 29 000 empty frames a second were never closed (no audio, no audio limit)."""
+    await _slots_free(limited)
+    ws = await _start(limited.ws_url)
+    try:
+        for _ in range(1000):  # 10x the burst, as fast as the socket takes them
+            await ws.send(b"")
+    except websockets.ConnectionClosed:
+        pass
+    assert await _errors_and_close(ws, 10) == (["message_rate"], 1008, "message_rate")
+
+
+async def test_empty_frames_do_not_keep_a_silent_session_open(limited):
+    """Issue 54 N5: an empty frame every 20 s kept a silent session past idle_timeout_s."""
+    await _slots_free(limited)
+    loop = asyncio.get_running_loop()
+    ws = await _start(limited.ws_url)
+    t0 = loop.time()
+
+    async def trickle():  # well under the message rate, and never any audio
+        with contextlib.suppress(websockets.ConnectionClosed):
+            while True:
+                await ws.send(b"")
+                await ws.send(b"\0\0")  # one sample
+                await asyncio.sleep(0.2)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        result = await _errors_and_close(ws, 6)
+    finally:
+        sender.cancel()
+    assert result == (["idle_timeout"], 1008, "idle_timeout")
+    assert 1.4 < loop.time() - t0 < scaled(4)
+
+
+async def test_browser_sessions_leave_the_phone_share(limited):
+    """Issue 54 N6: silent browser sessions from a few IPs took every line of max_sessions,
+    locking phone callers out. Here 3 browser sessions (max_browser_sessions) from two IPs
+    fill the browsers' share; a fourth, from a third IP, is refused while lines remain."""
+    await _slots_free(limited)
+    opened = [await _start(limited.ws_url), await _start(limited.ws_url),
+              await _start(limited.ws_url, local_addr=("127.0.0.2", 0))]
+    try:
+        assert limited.state.sessions_open() < limited.state.config.max_sessions
+        errors, code, reason = await _close_of(limited.ws_url, protocol.Ping().encode(),
+                                               local_addr=("127.0.0.3", 0))
+        assert (errors, code, reason) == (["overloaded"], 1013, "overloaded")
+    finally:
+        for ws in opened:
+            await ws.close()
+    await _slots_free(limited)
+
+
+async def test_a_call_whose_output_stalls_is_closed_output_stalled(limited, monkeypatch):
+    """Issue 54 N7: the call's output transport gives up (as pipecat's does after a write over
+    its timeout: push_error, permanent) 0.3 s into the call; the session is closed 1013
+    `output_stalled` with an error event, not left connected without audio."""
+    from diffvoice.voice.transport import ws_session
+    from diffvoice.voice.transport.browser import BrowserTransport
+
+    class StallingTransport(BrowserTransport):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            out, start = self.output(), self.output().start
+
+            async def stall_soon(frame):
+                await start(frame)
+
+                async def stall():
+                    await asyncio.sleep(0.3)
+                    await out.push_error("write timed out (test)", force_treat_as_permanent=True)
+
+                out.stall_task = asyncio.ensure_future(stall())
+
+            out.start = stall_soon
+
+    monkeypatch.setattr(ws_session, "BrowserTransport", StallingTransport)
+    await _slots_free(limited)
+    ws = await _start(limited.ws_url)
+
+    async def stream_audio():  # a live caller: not idle
+        with contextlib.suppress(websockets.ConnectionClosed):
+            while True:
+                await ws.send(b"\0" * 640)
+                await asyncio.sleep(0.02)
+
+    sender = asyncio.create_task(stream_audio())
+    try:
+        result = await _errors_and_close(ws, 5)
+    finally:
+        sender.cancel()
+    assert result == (["output_stalled"], 1013, "output_stalled")
