@@ -35,6 +35,9 @@ MAX_TOOLS = 64                # OpenAI allows 128; each tool adds a layout to ev
 MAX_SCHEMA_CHARS = 65536      # all tools + response_format, as compact JSON
 MAX_SCHEMA_NODES = 512        # schema objects over all tools (each value, property, item)
 MAX_SCHEMA_DEPTH = 8          # nesting of objects inside objects
+# JSON objects anywhere in the request's schemas ($defs, unknown keywords and all): what the
+# meta-schema check costs (~0.3 ms each on this 2-core CPU); counted before it runs
+MAX_SCHEMA_OBJECTS = 1024
 MAX_PROPERTIES = 64           # properties of one object
 MAX_ENUM_VALUES = 2000        # candidates of one enum (= layout.MAX_CHOICES)
 MAX_REQUEST_ENUM_VALUES = 4000  # enum candidates over the whole request
@@ -111,8 +114,24 @@ def _schema_text(value, field: str) -> str:
         raise ValueError(f"{field}: not a JSON value ({exc})") from exc
 
 
-def _meta_check(schema, field: str) -> None:
-    """The JSON Schema meta-schema: every keyword's value of the right JSON type."""
+def _meta_check(schema, field: str, budget: Budget | None = None) -> None:
+    """The JSON Schema meta-schema: every keyword's value of the right JSON type. `$defs` /
+    `definitions` entries are checked one by one (the meta-schema checks each the same way),
+    with the budget looked at between them."""
+    defs = {}
+    if isinstance(schema, dict):
+        for key in ("$defs", "definitions"):
+            if isinstance(schema.get(key), dict) and len(schema[key]) > 1:
+                defs[key] = schema[key]
+        if defs:
+            for key, entries in defs.items():
+                for name, sub in entries.items():
+                    if budget is not None:
+                        budget.check(f"{field}.{key}")
+                    _meta_check({key: {name: sub}}, field)
+            schema = {k: v for k, v in schema.items() if k not in defs}
+    if budget is not None:
+        budget.check(field)
     try:
         error = jsonschema.exceptions.best_match(_CHECKER.iter_errors(schema))
     except RecursionError as exc:
@@ -211,7 +230,20 @@ def _alias_error(path: str) -> ValueError:
                       f"phrases (strings of at most {MAX_ENUM_VALUE_CHARS} characters)")
 
 
-def check_request(tools, tool_choice, response_format) -> None:
+def _objects(value) -> int:
+    """JSON objects in `value`, at any depth."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            count += 1
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return count
+
+
+def check_request(tools, tool_choice, response_format, budget: Budget | None = None) -> None:
     """Raise ValueError naming the field when a request's tools / tool_choice / response_format
     are malformed or beyond the limits above; cheap, linear in the request's size."""
     if tools is None:
@@ -226,7 +258,14 @@ def check_request(tools, tool_choice, response_format) -> None:
                          f"most {MAX_SCHEMA_CHARS}")
     if text in _passed:  # the same tools as an earlier request (a voice call's every turn)
         return
-    _check(tools, response_format)
+    objects = text.count("{")  # every JSON object opens with one (strings may add a few more:
+    if objects > MAX_SCHEMA_OBJECTS:  # an over-count only)
+        objects = _objects([list(tools), response_format])
+        if objects > MAX_SCHEMA_OBJECTS:
+            raise ValueError(f"tools and response_format: {objects} JSON objects in the "
+                             f"schemas ($defs and every keyword included), at most "
+                             f"{MAX_SCHEMA_OBJECTS}")
+    _check(tools, response_format, budget)
     if len(_passed) >= _PASSED_MAX:
         _passed.pop(next(iter(_passed)))
     _passed[text] = True
@@ -236,7 +275,7 @@ _PASSED_MAX = 256
 _passed: dict[str, bool] = {}  # request schemas (compact JSON) that passed, oldest first
 
 
-def _check(tools, response_format) -> None:
+def _check(tools, response_format, budget: Budget | None = None) -> None:
     walk = _Walk()
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
@@ -254,11 +293,11 @@ def _check(tools, response_format) -> None:
         if params is not None:
             field = f"tools[{i}].function.parameters"
             walk.value(params, field, 0)
-            _meta_check(params, field)
+            _meta_check(params, field, budget)
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if schema is not None:
             field = "response_format.json_schema.schema"
             walk.value(schema, field, 0)
-            _meta_check(schema, field)
+            _meta_check(schema, field, budget)

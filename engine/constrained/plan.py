@@ -139,7 +139,7 @@ _compiling_lock = threading.Lock()
 def build_plan(tools, tool_choice, response_format, tokenizer, eos_id: int,
                max_new_tokens: int = 64, messages=None, budget: Budget | None = None
                ) -> Plan | None:
-    check_request(tools, tool_choice, response_format)
+    check_request(tools, tool_choice, response_format, budget)
     schema = json_schema_of(response_format)
     if tools and messages is not None:  # x-diffvoice-context slots (engine/constrained/context)
         forced = (tool_choice.get("function") or {}).get("name") \

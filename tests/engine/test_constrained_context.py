@@ -399,3 +399,29 @@ def test_narrowing_names_no_word_of_another_propertys_values_and_counts_its_chec
     assert context_checks(tools, messages * 40_000) > MAX_CONTEXT_CHECKS
     with pytest.raises(ValueError, match="value-by-message checks"):
         contextualize(tools, messages * 40_000)
+
+
+def _defs_tool(n_defs: int, per_def: int) -> list[dict]:
+    defs = {f"d{i}": {"type": "object", "properties": {
+        f"p{j}": {"type": "string", "minLength": 1} for j in range(per_def)}}
+        for i in range(n_defs)}
+    return [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string"}}, "$defs": defs}}}]
+
+
+def test_schema_objects_are_counted_before_the_meta_check():
+    """Issue 54 N1: 57 KB of $defs took 0.5 s (a nested anyOf variant 1 s) in the meta-schema
+    check, before any bound saw them; now every JSON object in the schemas counts."""
+    from diffvoice.engine.constrained.limits import MAX_SCHEMA_OBJECTS, check_request
+
+    with pytest.raises(ValueError, match=f"at most {MAX_SCHEMA_OBJECTS}"):
+        check_request(_defs_tool(150, 8), None, None)
+    check_request(_defs_tool(20, 8), None, None)  # 200 objects: checked, fine
+
+
+def test_the_meta_check_of_defs_stops_at_the_budget():
+    from diffvoice.engine.constrained.limits import Budget, PreparationAborted, check_request
+
+    budget = Budget(1e-9)  # spent before the first $defs entry is checked
+    with pytest.raises(PreparationAborted, match="budget"):
+        check_request(_defs_tool(60, 4), None, None, budget)
