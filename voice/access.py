@@ -12,6 +12,14 @@ Contract:
   `public_url`), i.e. the pages this server itself serves. A deployer serving the page under
   another name (`--host 0.0.0.0` reached as http://box.lan:8000, a proxy) adds that origin
   with `--allowed-origins`.
+- `host_allowed(host, allowed)`: the DNS rebinding guard on the `Host` header (issue 54 N11;
+  voice.api_guard.HostGuardMiddleware applies it to every route without API keys). Allowed: no
+  Host at all (not a browser), localhost, any IP address (rebinding needs a name the attacker's
+  DNS answers for; a page whose URL is an address is this server's own or another origin), and
+  every entry of `allowed` (names, compared without the port and a trailing dot, case-blind;
+  "*" allows any).
+- `allowed_hosts(config)`: the configured `allowed_hosts`, plus `--host` and the host of
+  `public_url`.
 - `key_matches(token, api_keys)`: constant-time comparison against every key.
 - `SessionTokens(secret, ttl_s)`: `issue() -> (token, expires_at)` and `valid(token)`. A token
   is `<expiry>.<hmac-sha256(secret, expiry)>`, good for `ttl_s` seconds (default 300) and only
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 from collections.abc import Iterable, Mapping
@@ -74,6 +83,47 @@ def allowed_origins(config) -> tuple[str, ...]:
     return tuple(getattr(config, "allowed_origins", ()) or ()) + server_origins(
         str(getattr(config, "host", "") or ""), int(getattr(config, "port", 0) or 0),
         getattr(config, "public_url", None))
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header value: without the port, brackets and a trailing dot,
+    lower-cased ("[::1]:8000" -> "::1", "LocalHost.:80" -> "localhost")."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def host_allowed(host: str | None, allowed: Iterable[str]) -> bool:
+    allowed = tuple(allowed)
+    if host is None or "*" in allowed:
+        return True
+    name = host_name(host)
+    return (name in LOCAL_HOSTS or _is_address(name)
+            or name in {host_name(a) for a in allowed})
+
+
+def allowed_hosts(config) -> tuple[str, ...]:
+    """`config.allowed_hosts` plus the names this server is configured under (`host` unless it
+    listens on every interface, and the host of `public_url`)."""
+    hosts = list(getattr(config, "allowed_hosts", ()) or ())
+    host = str(getattr(config, "host", "") or "")
+    if host not in WILDCARD_HOSTS:
+        hosts.append(host)
+    public_url = getattr(config, "public_url", None)
+    if public_url and urlsplit(public_url).hostname:
+        hosts.append(urlsplit(public_url).hostname)
+    return tuple(hosts)
 
 
 def key_matches(token: str, api_keys: Iterable[str]) -> bool:

@@ -18,6 +18,13 @@ and lifespan traffic pass untouched), answered before a byte of the body is read
 Both answers are OpenAI-shaped JSON: `{"error": {"message", "type": "invalid_request_error",
 "param": null, "code"}}`.
 
+`HostGuardMiddleware(app, allowed_hosts=(...), api_keys=(...))`: the DNS rebinding guard for
+**every** route (issue 54 N11: a foreign page read /healthz, /metrics and /openapi.json under its
+own name). With no `api_keys`, an HTTP request whose `Host` header
+`voice.access.host_allowed(host, allowed_hosts)` refuses gets **421** (`host_not_allowed`, the
+same JSON shape) and a WebSocket upgrade is closed before it is accepted (the client sees HTTP
+403). With API keys, the key is the guard, as for Origin.
+
 Knows nothing about the routes behind it.
 """
 
@@ -28,7 +35,7 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from diffvoice.voice.access import origin_allowed
+from diffvoice.voice.access import host_allowed, origin_allowed
 
 JSON_TYPE = "application/json"
 
@@ -79,6 +86,35 @@ class ApiGuardMiddleware:
             return
         status, body = refused
         await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class HostGuardMiddleware:
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = (),
+                 api_keys: Iterable[str] = ()) -> None:
+        self.app = app
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.on = not tuple(api_keys) and "*" not in self.allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = None
+        if self.on and scope["type"] in ("http", "websocket"):
+            for name, value in scope.get("headers", ()):
+                if name == b"host":
+                    host = value.decode("latin-1")
+                    break
+        if host is None or host_allowed(host, self.allowed_hosts):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":  # before accept: the client's handshake gets 403
+            await send({"type": "websocket.close", "code": 1008, "reason": "host_not_allowed"})
+            return
+        body = _error(421, f"Host {host[:100]!r} is not a name this server answers to (a page "
+                           "of another site under DNS rebinding?); add it with --allowed-hosts.",
+                      "host_not_allowed", "Host")
+        await send({"type": "http.response.start", "status": 421,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

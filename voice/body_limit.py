@@ -8,15 +8,25 @@ else `max_bytes`. A `Content-Length` above the limit (or one that is not a numbe
 is counted as it streams in and the request is answered 413 as soon as it passes the limit (the
 app's `receive()` raises, so the handler never sees a partial body). The response is JSON
 `{"error": {"message", "type": "invalid_request_error", "code": "request_too_large"}}`, the
-OpenAI API's shape. WebSocket and lifespan traffic pass through untouched.
+OpenAI API's shape. A client that hangs up before its whole body arrived (the handler's body read
+raises starlette's ClientDisconnect) is one short warning line, no traceback (issue 54 N10: a
+70-line traceback per such request), and none at all when voice.http_limits cut it off (it logs
+its own); the repeats are collapsed by voice.http_limits.LOG_REPEATS. WebSocket and lifespan
+traffic pass through untouched.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from diffvoice.voice.http_limits import LIMIT_KEY
+
+log = logging.getLogger(__name__)
 
 
 class _TooLarge(Exception):
@@ -85,6 +95,12 @@ class BodyLimitMiddleware:
         except _TooLarge:
             if not started:
                 await self._respond(send, *self._too_large(limit))
+        except ClientDisconnect:  # nobody to answer
+            if LIMIT_KEY not in scope:
+                client = scope.get("client") or ("?",)
+                log.warning("%s: client hung up before sending its whole body (%d bytes "
+                            "came) of %s %s", client[0], seen, scope.get("method"),
+                            scope.get("path", "")[:100])
 
     @staticmethod
     def _too_large(limit: int) -> tuple[int, bytes]:

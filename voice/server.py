@@ -21,8 +21,10 @@ with `app.include_router(...)` — a catch-all "/" mount added earlier would sha
 Every HTTP request body is capped (voice.body_limit: `max_body_bytes`, `max_form_bytes` under
 /telephony/; 413 past it). Under /v1/ (voice.api_guard): a POST that is not application/json
 gets 415 and, without --api-keys, a request from a browser page whose Origin is not allowed
-(voice.access.allowed_origins) gets 403. With --api-keys, /docs and /openapi.json are not
-served.
+(voice.access.allowed_origins) gets 403. Without --api-keys, every route (HTTP and WebSocket)
+refuses a Host header that is not localhost, an IP address, --host, the --public-url host or one
+of --allowed-hosts (voice.api_guard.HostGuardMiddleware: 421, a WebSocket 403 before accept). With
+--api-keys, /docs and /openapi.json are not served.
 
 The app does not own the engine: whoever built `state` closes it. Knows nothing about pipecat
 beyond handing sockets to voice.transport.ws_session.
@@ -40,9 +42,10 @@ from loguru import logger
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from diffvoice.voice.access import allowed_origins, bearer_token, key_matches
-from diffvoice.voice.api_guard import ApiGuardMiddleware
+from diffvoice.voice.access import allowed_hosts, allowed_origins, bearer_token, key_matches
+from diffvoice.voice.api_guard import ApiGuardMiddleware, HostGuardMiddleware
 from diffvoice.voice.body_limit import BodyLimitMiddleware
+from diffvoice.voice.http_limits import quiet_repeated_logs
 from diffvoice.voice.machine import git_revision, machine_info, package_versions
 from diffvoice.voice.state import AppState
 
@@ -127,10 +130,15 @@ def create_app(state: AppState) -> FastAPI:
         max_bytes=getattr(config, "max_body_bytes", 1 << 20),
         path_limits={"/telephony/": getattr(config, "max_form_bytes", 64 << 10)},
     )
-    app.add_middleware(  # outermost: cross-site /v1 requests never reach a route or a body read
+    app.add_middleware(  # cross-site /v1 requests never reach a route or a body read
         ApiGuardMiddleware, allowed_origins=allowed_origins(config),
         api_keys=tuple(getattr(config, "api_keys", ()) or ()),
     )
+    app.add_middleware(  # outermost: no route answers a foreign Host (DNS rebinding)
+        HostGuardMiddleware, allowed_hosts=allowed_hosts(config),
+        api_keys=tuple(getattr(config, "api_keys", ()) or ()),
+    )
+    quiet_repeated_logs()  # (also where uvicorn_options is not used: Ray Serve replicas)
 
     def has_key(request: Request) -> bool:
         token = bearer_token(request.headers)

@@ -61,3 +61,21 @@ def test_ws_credentials():
     assert ws_credential_ok({}, {"token": token}, keys, tokens)
     assert ws_credential_ok({}, {"api_key": "sk-a"}, keys, tokens)
     assert not ws_credential_ok({}, {"token": "1.2"}, keys, tokens)
+
+
+def test_host_rules():
+    """Issue 54 N11: the DNS rebinding guard's Host rule (voice.api_guard.HostGuardMiddleware)."""
+    from diffvoice.voice.access import allowed_hosts, host_allowed, host_name
+
+    assert host_name("[::1]:8000") == "::1" and host_name("LocalHost.:80") == "localhost"
+    assert host_name("box.lan") == "box.lan" and host_name("::1") == "::1"
+    assert host_allowed(None, ())  # not a browser
+    for own in ("localhost:8000", "127.0.0.1", "[::1]:9", "192.168.1.20:8000", "[fe80::1]"):
+        assert host_allowed(own, ()), own
+    for foreign in ("rebind.example:8000", "localhost.rebind.example", "127.0.0.1.nip.io", ""):
+        assert not host_allowed(foreign, ()), foreign
+    assert host_allowed("Box.LAN:8000", ("box.lan",)) and host_allowed("x.example", ("*",))
+    config = ServeConfig(host="voice.example.com", public_url="https://pub.example:8443/x",
+                         allowed_hosts=("box.lan",))
+    assert allowed_hosts(config) == ("box.lan", "voice.example.com", "pub.example")
+    assert allowed_hosts(config.replace(host="0.0.0.0", public_url=None)) == ("box.lan",)

@@ -1,12 +1,15 @@
 """Issue 39, item 7 on the real server (voice.cli_serve.build_app on loopback): web pages of
 other sites cannot reach /v1 or /ws. Before the fix a text/plain POST to /v1/chat/completions got
 200, any Origin could call /v1 without keys, and /ws trusted `Host: evil.example:PORT` with a
-matching Origin (DNS rebinding)."""
+matching Origin (DNS rebinding). Issue 54 N11: without keys, no route (HTTP or /ws) answers a
+Host header that does not name the server (DNS rebinding read /healthz, /metrics and
+/openapi.json)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import http.client
 import json
 import socket
 import urllib.error
@@ -41,7 +44,8 @@ def _serve(voice_state, **changes):
 
 @pytest.fixture(scope="module")
 def open_server(voice_state):
-    with _serve(voice_state, allowed_origins=("https://app.example",)) as server:
+    with _serve(voice_state, allowed_origins=("https://app.example",),
+                allowed_hosts=("voice.lan",)) as server:
         yield server
 
 
@@ -140,9 +144,57 @@ async def _refused_by_origin(server, host: str, origin: str | None) -> list[str]
 
 
 async def test_ws_does_not_trust_the_host_header(open_server):
-    host = f"evil.example:{open_server.port}"
+    host = f"10.9.8.7:{open_server.port}"  # an address passes the Host check (no rebinding)...
     errors = await _refused_by_origin(open_server, host, f"http://{host}")
-    assert errors == ["origin_not_allowed"]
+    assert errors == ["origin_not_allowed"]  # ...but a matching Origin is not trusted for it
+
+
+# --- issue 54 N11: the Host allow-list (DNS rebinding), on every route -----------------------
+
+
+def _get_as(server, path: str, host: str) -> tuple[int, bytes]:
+    """GET `path` on the server's loopback port with `Host: host`, as a browser would send
+    after DNS rebinding made `host` resolve to it."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=scaled(30))
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/metrics", "/openapi.json", "/v1/models",
+                                  "/agent", "/"])
+def test_a_foreign_host_reads_no_route(open_server, path):
+    """Before: /healthz (versions, git revision, request ids), /metrics and /openapi.json
+    answered any Host, so a page of another site could read them after DNS rebinding."""
+    status, body = _get_as(open_server, path, f"rebind.example:{open_server.port}")
+    assert status == 421, body[:200]
+    error = json.loads(body)["error"]
+    assert error["code"] == "host_not_allowed" and "--allowed-hosts" in error["message"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "LOCALHOST.", "[::1]", "10.9.8.7",
+                                  "voice.lan"])
+def test_own_names_and_addresses_pass_the_host_check(open_server, host):
+    status, body = _get_as(open_server, "/healthz", f"{host}:{open_server.port}")
+    assert status == 200, body[:200]
+
+
+def test_with_keys_the_key_is_the_guard_not_the_host(keyed_server):
+    status, body = _get_as(keyed_server, "/healthz", "rebind.example")
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+
+
+async def test_ws_refuses_a_foreign_host_before_accepting(open_server):
+    sock = socket.create_connection(("127.0.0.1", open_server.port))
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(f"ws://rebind.example:{open_server.port}/ws", sock=sock):
+            pass
+    assert refused.value.response.status_code == 403
 
 
 async def test_ws_from_the_servers_own_page_is_allowed(open_server):

@@ -37,6 +37,9 @@ def server(voice_state):
 
 @pytest.mark.parametrize("first", [True, False], ids=["first_frame", "after_audio"])
 async def test_non_utf8_text_frame_closes_1007_with_one_log_line(server, first):
+    from diffvoice.voice.http_limits import LOG_REPEATS
+
+    LOG_REPEATS.reset()  # (repeats within a minute are collapsed: each case is a first)
     records = _Records()
     loggers = [logging.getLogger(name) for name in ("uvicorn.error", "uvicorn", "")]
     for logger in loggers:
