@@ -24,6 +24,12 @@ name does a case-insensitive match count, and only if it finds one spelling: wit
 "ann lee" cancels their "Ann Lee", and under `any` it cancels nothing while both "Ann Lee" and
 "ann LEE" are booked. A file made before owners existed gets the column on open (its visits:
 NULL, cancellable only under `any`).
+
+How much one owner may hold (issue 54 N13: one caller booked all 47 starts of the week):
+`AppointmentBook(path, facts, max_open_per_owner=3)` refuses an owner's booking while that
+owner already holds that many visits (the book has no dates: every visit is open until
+cancelled), raising `OwnerLimitReached`, checked inside the booking's transaction so parallel
+calls from one number cannot pass it together. Visits with no owner are not counted.
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SLOT_MIN = 30
+MAX_OPEN_PER_OWNER = 3  # visits one caller may hold at once
+
+
+class OwnerLimitReached(Exception):
+    """The owner already holds `limit` visits: cancel one before booking another."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"owner already holds {limit} visits")
+        self.limit = limit
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS visits (
@@ -98,7 +113,13 @@ class Booking:
 
 
 class AppointmentBook:
-    def __init__(self, path: str | Path, facts) -> None:
+    def __init__(self, path: str | Path, facts,
+                 max_open_per_owner: int = MAX_OPEN_PER_OWNER) -> None:
+        if isinstance(max_open_per_owner, bool) or not isinstance(max_open_per_owner, int) \
+                or max_open_per_owner < 1:
+            raise ValueError(f"max_open_per_owner must be an integer >= 1, "
+                             f"got {max_open_per_owner!r}")
+        self.max_open_per_owner = max_open_per_owner
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.hours: dict[str, tuple[int, int] | None] = {}
@@ -181,7 +202,8 @@ class AppointmentBook:
     # ------------------------------------------------------------------ changes
     def book(self, service: str, day: str, time_: str, name: str,
              owner: str | None = None) -> Booking | None:
-        """Book atomically for `owner`; None when the slot is taken or outside opening hours."""
+        """Book atomically for `owner`; None when the slot is taken or outside opening hours;
+        OwnerLimitReached when `owner` already holds `max_open_per_owner` visits."""
         start = parse_hhmm(time_)
         if service not in self.durations or day not in self.hours or start is None \
                 or start not in self.starts(service, day):
@@ -193,6 +215,10 @@ class AppointmentBook:
                  owner: str | None = None) -> Booking | None:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if owner is not None and conn.execute(
+                    "SELECT COUNT(*) FROM visits WHERE owner = ?", (owner,)
+            ).fetchone()[0] >= self.max_open_per_owner:
+                raise OwnerLimitReached(self.max_open_per_owner)
             cur = conn.execute(
                 "INSERT INTO visits (service, day, start_min, end_min, name, created, owner) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

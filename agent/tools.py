@@ -15,6 +15,8 @@ Results are exactly what the model is trained to read (agent/tool_schemas.py):
   book_appointment    {"booked": true} | {"booked": false, "alternatives": [up to 3]}
   cancel_appointment  {"cancelled": true} | {"cancelled": false}
   bad arguments       {"error": "<short text>"}
+  (the caller already holds AppointmentBook.max_open_per_owner visits: book_appointment answers
+  {"error": "you already have N appointments booked, ..."}, a sentence the agent can say)
 The database defaults to `default_book_path(model dir)`, in the user's data directory (created on
 first run).
 
@@ -34,7 +36,13 @@ from typing import Any
 
 import platformdirs
 
-from diffvoice.agent.book import DAYS, AppointmentBook, parse_hhmm
+from diffvoice.agent.book import (
+    DAYS,
+    MAX_OPEN_PER_OWNER,
+    AppointmentBook,
+    OwnerLimitReached,
+    parse_hhmm,
+)
 from diffvoice.agent.owner import OWNER_RULES
 
 MAX_OFFERED = 3
@@ -78,13 +86,15 @@ class ReceptionistTools:
     @classmethod
     def for_model(cls, model_dir: str | Path, db_path: str | Path | None = None,
                   facts_path: str | Path | None = None,
-                  owner_rule: str = "caller") -> ReceptionistTools:
+                  owner_rule: str = "caller",
+                  max_open_per_owner: int = MAX_OPEN_PER_OWNER) -> ReceptionistTools:
         from diffvoice.agent.facts import load_facts
 
         model_dir = Path(model_dir)
         facts = load_facts(facts_path or model_dir / "facts.yaml")
-        return cls(AppointmentBook(db_path or default_book_path(model_dir), facts), facts,
-                   owner_rule=owner_rule)
+        book = AppointmentBook(db_path or default_book_path(model_dir), facts,
+                               max_open_per_owner=max_open_per_owner)
+        return cls(book, facts, owner_rule=owner_rule)
 
     def same_tools(self, tools) -> bool:
         """Are a request's `tools` these tools (the same function names, each with the same
@@ -125,7 +135,12 @@ class ReceptionistTools:
         error = self._check({"service": service, "day": day, "time": time}, need_time=True)
         if error or not isinstance(name, str) or not name.strip():
             return {"error": error or "a name is needed"}
-        if self.book.book(service, day, time, name, owner=caller) is not None:
+        try:
+            booked = self.book.book(service, day, time, name, owner=caller)
+        except OwnerLimitReached as e:
+            return {"error": f"you already have {e.limit} appointments booked, the most one "
+                             f"caller may hold; cancel one to book another"}
+        if booked is not None:
             return {"booked": True}
         return {"booked": False, "alternatives": [
             t for t in self._nearest(service, day, time) if t != time][:MAX_OFFERED]}

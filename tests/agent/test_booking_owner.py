@@ -146,3 +146,30 @@ def test_the_rule_is_a_validated_serve_setting(tmp_path):
     with pytest.raises(ValueError, match="owner_rule"):
         ReceptionistTools.for_model(tmp_path, db_path=tmp_path / "b.sqlite3",
                                     facts_path=facts_file(tmp_path), owner_rule="anyone")
+
+
+def test_one_owner_cannot_book_the_whole_week(tools):
+    """Issue 54 N13: one caller booked all 47 starts of the week. Past
+    `max_open_bookings_per_owner` (3 by default) the tool answers an error the agent can say;
+    other callers still book, and a cancel frees the owner's slot again."""
+    limit = tools.book.max_open_per_owner
+    assert limit == 3
+    times = ["09:00", "10:00", "11:00", "13:00", "14:00"]
+    results = [book(tools, f"Ann {i}", t, A) for i, t in enumerate(times)]
+    assert results[:limit] == [{"booked": True}] * limit
+    refusal = results[limit]
+    assert set(refusal) == {"error"} and "3 appointments" in refusal["error"]
+    assert len(tools.book.bookings()) == limit  # nothing more was written
+    assert book(tools, "Bo", "13:30", B) == {"booked": True}  # another caller is not affected
+    assert cancel(tools, "Ann 0", A) == {"cancelled": True}
+    assert book(tools, "Ann 9", "12:00", A) == {"booked": True}
+
+
+def test_the_owner_cap_is_configurable_and_checked(tmp_path, facts):
+    book_ = AppointmentBook(tmp_path / "b.sqlite3", facts, max_open_per_owner=1)
+    assert book_.book("cleanings", "friday", "09:00", "A", owner=A) is not None
+    with pytest.raises(ValueError, match="max_open_per_owner"):
+        AppointmentBook(tmp_path / "c.sqlite3", facts, max_open_per_owner=0)
+    tools = ReceptionistTools(book_, facts)
+    assert "error" in book(tools, "A2", "10:00", A)
+    assert book(tools, "N", "11:00", None) == {"booked": True}  # no owner: nobody's, uncapped
