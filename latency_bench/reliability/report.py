@@ -14,13 +14,15 @@ TITLES = {
     "fuzz": "Fuzz: malformed input on every surface while real calls stream",
     "isolation": "Isolation: one abusive client, other callers unaffected",
     "attacks": "Attacks: issue 39's ten findings re-run while two callers speak",
+    "siege": "Siege: issue 54's findings and an API flood while two callers speak",
     "soak": "Soak: simulated callers for minutes",
     "storm": "Barge-in storm",
     "admission": "Admission: capacity, per-IP cap, idle reaping",
     "memory": "Memory per session",
 }
-ORDER = ("fuzz", "isolation", "attacks", "soak", "storm", "admission", "memory")
-_HIDE = {"checks", "samples", "families", "curve", "cancel_passes", "barge_delays_s", "idle",
+ORDER = ("fuzz", "isolation", "attacks", "siege", "soak", "storm", "admission", "memory")
+_HIDE = {"checks", "phases",
+         "samples", "families", "curve", "cancel_passes", "barge_delays_s", "idle",
          "media_calls", "mismatch_examples", "error_examples", "failed_turns"}
 
 
@@ -69,6 +71,9 @@ def render(merged: dict[str, Any]) -> str:
             detail = str(c.get("detail", "")).replace("|", "\\|")[:400]
             out.append(f"| {c['name']} | {'pass' if c['ok'] else '**FAIL**'} | {detail} |")
         out += ["", *_figures(result), ""]
+        if name == "siege" and result.get("phases"):
+            out += ["Per phase:", "", *(f"- `{k}`: {json.dumps(v, default=str)}"
+                                        for k, v in result["phases"].items()), ""]
         if name == "memory" and result.get("curve"):
             out += ["RSS (MB) after N sessions: " + ", ".join(f"{n}: {mb}" for n, mb in
                                                              result["curve"]), ""]

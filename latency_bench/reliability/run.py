@@ -41,6 +41,8 @@ def server_args(scale: dict[str, Any], model: str) -> list[str]:
             "--idle-timeout-s", str(scale["idle_timeout_s"]),
             "--handshake-timeout-s", str(scale["handshake_timeout_s"]),
             "--header-timeout-s", str(scale["header_timeout_s"]),
+            "--body-timeout-s", str(scale["sg_body_timeout_s"]),
+            "--api-client-concurrency", str(scale["api_client_concurrency"]),
             *(["--input-frame-ms", str(scale["input_frame_ms"])]
               if scale.get("input_frame_ms") else []),
             *(["--workers", str(scale["workers"])] if (scale.get("workers") or 1) > 1 else [])]

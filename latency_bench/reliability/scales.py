@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PARTS = ("fuzz", "isolation", "attacks", "storm", "admission", "memory", "soak")
+PARTS = ("fuzz", "isolation", "attacks", "siege", "storm", "admission", "memory", "soak")
 
 SCALES: dict[str, dict[str, Any]] = {
     "short": {
@@ -20,6 +20,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "atk_hostile": 2, "atk_concurrency": 4, "atk_flood_sockets": 1, "atk_flood_frames": 200,
         "atk_replays": 2, "atk_phone_extra": 1, "atk_slow_heads": 20, "atk_slow_upgrades": 10,
         "atk_bad_utf8": 3, "atk_booking_attempts": 4,
+        "sg_flood": 12, "sg_long_tokens": 64, "sg_flood_s": 30.0, "sg_unread": 6,
+        "sg_unread_ips": 2, "sg_n1": 2, "sg_slow_bodies": 24, "sg_silent_streams": 10,
+        "sg_body_timeout_s": 2.0, "sg_flood_close_s": 10.0, "sg_silent_browsers": 8,
+        "sg_cut_bodies": 5, "sg_probe_s": 1.0, "api_client_concurrency": 8,
         "storm_sessions": 1, "storm_interruptions": 2,
         "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
         "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
@@ -40,6 +44,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "atk_flood_frames": 2000, "atk_replays": 40, "atk_phone_extra": 10,
         "atk_slow_heads": 300, "atk_slow_upgrades": 200, "atk_bad_utf8": 50,
         "atk_booking_attempts": 6,
+        "sg_flood": 80, "sg_long_tokens": 900, "sg_flood_s": 120.0, "sg_unread": 100,
+        "sg_unread_ips": 13, "sg_n1": 8, "sg_slow_bodies": 200, "sg_silent_streams": 200,
+        "sg_body_timeout_s": 15.0, "sg_flood_close_s": 10.0, "sg_silent_browsers": 30,
+        "sg_cut_bodies": 50, "sg_probe_s": 1.0, "api_client_concurrency": 8,
         "storm_sessions": 4, "storm_interruptions": 100,
         "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
         "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,

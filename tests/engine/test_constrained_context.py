@@ -425,3 +425,13 @@ def test_the_meta_check_of_defs_stops_at_the_budget():
     budget = Budget(1e-9)  # spent before the first $defs entry is checked
     with pytest.raises(PreparationAborted, match="budget"):
         check_request(_defs_tool(60, 4), None, None, budget)
+
+
+def test_a_bad_pattern_is_refused_without_a_log_line(capfd):
+    """RE2 wrote each pattern it could not parse to stderr: one server log line per hostile
+    request (issue 54 N10's class)."""
+    from diffvoice.engine.constrained.layout import _pattern_times
+
+    with pytest.raises(ValueError, match="lookaround"):
+        _pattern_times(r"^(?=00:0[0-4])(?:\d?:?){50}y", "x")
+    assert capfd.readouterr().err == ""

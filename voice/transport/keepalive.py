@@ -38,6 +38,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from diffvoice.voice.transport import message_rate
 
 KEEPALIVE_CLOSE_CODE = 1008
+FLOOD_CLOSE_GRACE_S = 2.0  # a flooding peer has this long to read our close and hang up
 KEEPALIVE_CLOSE_REASON = "keepalive_timeout"
 
 
@@ -45,6 +46,7 @@ class KeepaliveWebSocketProtocol(WebSocketsSansIOProtocol):
     spared = 0  # late pongs forgiven because the peer was sending (process-wide counters)
     closed = 0  # connections closed keepalive_timeout
     flooded = 0  # connections closed message_rate
+    _flood_closed = False  # this connection was: its frames are dropped from then on
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -58,7 +60,10 @@ class KeepaliveWebSocketProtocol(WebSocketsSansIOProtocol):
             scope["extensions"][message_rate.SCOPE_KEY] = self.message_rate
 
     def _over_rate(self) -> bool:
-        """Count one frame; True (and the connection failed 1008 message_rate) past the rate."""
+        """Count one frame; True (and the connection failed 1008 message_rate) past the rate.
+        After that close every frame is dropped unread."""
+        if self._flood_closed:
+            return True
         if self.message_rate.admit():
             return False
         if not (self.close_sent or self.transport.is_closing()):
@@ -78,9 +83,22 @@ class KeepaliveWebSocketProtocol(WebSocketsSansIOProtocol):
                                    "code": message_rate.CLOSE_CODE,
                                    "reason": message_rate.CLOSE_REASON})
             self.conn.fail(message_rate.CLOSE_CODE, message_rate.CLOSE_REASON)
-            self.transport.write(b"".join(self.conn.data_to_send()))
+            # the close frame, then our half of the TCP connection (the b"" marker); reading
+            # goes on (dropped) until the peer closes its half: closing the socket with the
+            # flood still unread would send a reset, and the peer would lose the close frame
+            # (it saw 1006, no reason)
+            for data in self.conn.data_to_send():
+                if data:
+                    self.transport.write(data)
+                elif self.transport.can_write_eof():
+                    self.transport.write_eof()
             self.close_sent = True
-            self.transport.close()
+            self._flood_closed = True
+            # uvicorn closes the socket when the app returns unless a close timer runs: this
+            # one gives the peer its grace (connection_lost cancels it)
+            if self.close_timer is not None:
+                self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(FLOOD_CLOSE_GRACE_S, self.transport.close)
         return True
 
     def handle_text(self, event) -> None:

@@ -168,3 +168,25 @@ def test_a_flood_of_empty_frames_or_pings_is_closed_message_rate(port, kind):
 def test_the_route_sets_the_rate_and_a_burst_within_it_passes(port):
     assert asyncio.run(_flood(port, "/ws", 30)) is None  # the default rate takes 30 at once
     assert asyncio.run(_flood(port, "/strict", 30, wait_first=True)) == (1008, "message_rate")
+
+
+@pytest.mark.parametrize("kind", ["binary", "ping"])
+def test_a_peer_that_keeps_flooding_still_reads_the_close_reason(port, kind):
+    """A flooding client does not stop to read: the server's close frame must still reach it
+    (closing the socket over the unread flood sent a reset, and the client saw 1006 with no
+    reason; seen by the reliability siege)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    async def flood() -> tuple:
+        async with connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None) as ws:
+            try:
+                for i in range(50 * DEFAULT_BURST):
+                    await (ws.ping() if kind == "ping" else ws.send(b""))
+                    if i % 100 == 0:
+                        await asyncio.sleep(0)
+            except ConnectionClosed as e:
+                return (e.rcvd.code, e.rcvd.reason) if e.rcvd else (None, "no close frame")
+        return None
+
+    assert asyncio.run(flood()) == (1008, "message_rate")

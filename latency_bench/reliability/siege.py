@@ -1,0 +1,657 @@
+"""Siege: issue 54's findings re-run against the real server while two callers speak and an
+innocent API client checks its answers throughout, with an API flood phase.
+
+Contract: `await run(ctx, scale)`:
+1. baseline: `atk_quiet_turns`-turn browser + Twilio calls while the innocent client runs (its
+   answers are the reference), no attack;
+2. then one browser and one Twilio caller call again and again (attacks.LegitCallers), the
+   innocent client goes on (one greedy request at a time from its own loopback address), and a
+   lag probe reads the server's event-loop lag (diffvoice_event_loop_lag_seconds{stat="max"},
+   the worst since its previous read) every `sg_probe_s`, while the phases below run one after
+   another, each attack from loopback addresses of its own:
+   - flood (N4): `sg_flood` concurrent `max_tokens: sg_long_tokens, ignore_eos` requests from
+     one address, and `sg_unread` streams from `sg_unread_ips` addresses that read their first
+     chunk and then nothing; after `sg_flood_s` every connection still open is closed;
+   - N1: `sg_n1` concurrent copies of each N1 request (the nested-quantifier pattern under
+     x-diffvoice-context mentioned, a lookahead pattern, a 2,000-value mentioned enum with 400
+     one-character messages): each answered 200 or 400 within FAST_MS;
+   - N2: 8,000 one-character messages; 600 KB of tool_call arguments: 400 within FAST_MS;
+   - N3: `sg_slow_bodies` POSTs from one address declaring 1,000 bytes and sending one, and
+     `sg_silent_streams` Twilio stream sockets that never send `start`; meanwhile /healthz, an
+     innocent /v1 request and a signed Twilio webhook from other addresses must get 200; every
+     slow socket closed (408 / 429 / 1013 / 1008) within the body / handshake timeout + 5 s;
+   - N5: a /ws ping flood and a /ws flood of empty binary frames: each closed 1008
+     message_rate within `sg_flood_close_s`;
+   - N6: `sg_silent_browsers` silent browser sessions from 8 addresses, then a phone call
+     (webhook + stream): admitted;
+   - N9: x-diffvoice-aliases {"a": 5} and [1]: 400 naming the keyword;
+   - N10: `sg_cut_bodies` POSTs cut mid-body: at most one log line each, no traceback;
+   - N11: Host evil.example on /healthz, /metrics, /openapi.json: refused (4xx), never 200;
+   - N12: per_ip + 2 /ws sessions from one address, each with its own X-Forwarded-For: the
+     per-IP cap still refuses the extra ones.
+   N7 (a call whose output stalls), N8 (a webhook replayed after a restart) and N13 (one owner
+   booking the week) need a stalled loop, a restart or dozens of spoken bookings: their
+   regression tests cover them (tests/voice/transport/test_output_stall.py,
+   tests/voice/telephony/, tests/agent/test_book.py), not this part.
+3. one check per phase: its documented outcome, every legit turn overlapping it answered, every
+   innocent request in it 200 and unchanged, the probe's lag in it <= LAG_GOAL_MS; plus 0 5xx /
+   1011 to anything sent, the browser caller's server_ms p99 during the siege <= 2x the quiet
+   one, leak gauges back to 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from typing import Any
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from diffvoice.latency_bench.reliability import attack_phone
+from diffvoice.latency_bench.reliability.attack_api import (
+    Reply,
+    answer_of,
+    chat_body,
+    error_of,
+    innocent_content,
+    post,
+)
+from diffvoice.latency_bench.reliability.attacks import LegitCallers, p99, server_ms
+from diffvoice.latency_bench.reliability.common import (
+    Ctx,
+    answered,
+    check,
+    leak_checks,
+    legit_calls,
+    metrics,
+    next_ip,
+    settled,
+    turn_summary,
+)
+from diffvoice.voice.transport import protocol
+
+LAG_GOAL_MS = 100.0
+SERVER_MS_RATIO = 2.0
+FAST_MS = 5000.0  # a refused or counted request is answered within this, however hostile
+LAG = 'diffvoice_event_loop_lag_seconds{stat="max"}'
+N1_PATTERN = r"(\d?\d?\d?\d?\d?:?){6}y"
+N1_LOOKAHEAD = r"^(?=00:0[0-4])(?:\d?:?){50}y"
+
+
+def _port(ctx: Ctx) -> int:
+    return int(ctx.http.rsplit(":", 1)[1])
+
+
+class Innocent:
+    """One greedy request at a time from its own address until stop(); answers by content."""
+
+    def __init__(self, ctx: Ctx, reference: dict[int, str] | None = None) -> None:
+        self.ctx, self.ip = ctx, next_ip()
+        self.reference = reference if reference is not None else {}
+        self.records: list[tuple[float, float, int, bool]] = []  # (t0, t1, status, unchanged)
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        model = self.ctx.settings["model_name"]
+        i = 0
+        while not self._stop.is_set():
+            k = i % 8
+            t0 = time.monotonic()
+            reply = await post(self.ctx, "/v1/chat/completions",
+                               chat_body(model, innocent_content(k)), ip=self.ip)
+            answer = answer_of(reply) if reply.status == 200 else None
+            if answer is not None:
+                self.reference.setdefault(k, answer)
+            same = answer is not None and self.reference.get(k) == answer
+            self.records.append((t0, time.monotonic(), reply.status, same))
+            i += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 0.3)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._task
+
+    def during(self, t0: float, t1: float) -> list[tuple[int, bool]]:
+        return [(s, same) for a, b, s, same in self.records if a < t1 and b > t0]
+
+
+class LagProbe:
+    """The server's worst event-loop lag per `every_s` window, read from /metrics."""
+
+    def __init__(self, ctx: Ctx, every_s: float) -> None:
+        self.ctx, self.every_s = ctx, every_s
+        self.samples: list[tuple[float, float, float]] = []  # (window start, end, lag ms)
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        last = time.monotonic()
+        await metrics(self.ctx)  # starts the first window
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.every_s)
+            with contextlib.suppress(Exception):  # a failed read is a gap, not a crash
+                lag = (await metrics(self.ctx)).get(LAG)
+                now = time.monotonic()
+                if lag is not None:
+                    self.samples.append((last, now, lag * 1000))
+                last = now
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._task
+
+    def worst(self, t0: float, t1: float) -> float | None:
+        lags = [ms for a, b, ms in self.samples if a < t1 and b > t0]
+        return round(max(lags), 1) if lags else None
+
+
+async def _raw(ctx: Ctx, ip: str, head: str, body: bytes = b"", read_s: float = 30.0
+               ) -> tuple[int, str]:
+    """One request over a raw socket from `ip` -> (status or -1, body text)."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(ctx),
+                                                       local_addr=(ip, 0))
+    except OSError as e:
+        return -1, f"connect failed: {e!r}"
+    try:
+        writer.write(head.encode() + body)
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), read_s)
+    except (TimeoutError, ConnectionError) as e:
+        return -1, type(e).__name__
+    finally:
+        writer.close()
+    line, _, rest = raw.partition(b"\r\n")
+    parts = line.split()
+    status = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else -1
+    return status, rest.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
+
+
+def _chat(ctx: Ctx, messages: list[dict], extra: dict | None = None, max_tokens: int = 8
+          ) -> bytes:
+    return json.dumps({"model": ctx.settings["model_name"], "max_tokens": max_tokens,
+                       "temperature": 0, "messages": messages, **(extra or {})}).encode()
+
+
+def _tool(schema: dict) -> dict:
+    return {"tool_choice": "required", "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"x": schema},
+                                    "required": ["x"]}}}]}
+
+
+async def _api_flood(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    """N4: one client's long requests, and streams nobody reads."""
+    ip = next_ip()
+    body = _chat(ctx, [{"role": "user", "content": "Tell me everything about your office."}],
+                 {"ignore_eos": True}, max_tokens=scale["sg_long_tokens"])
+    longs = [asyncio.create_task(post(ctx, "/v1/chat/completions", body, ip=ip,
+                                      timeout_s=scale["sg_flood_s"]))
+             for _ in range(scale["sg_flood"])]
+    stream_body = _chat(ctx, [{"role": "user", "content": "Describe the office."}],
+                        {"ignore_eos": True, "stream": True}, max_tokens=scale["sg_long_tokens"])
+    ips = [next_ip() for _ in range(scale["sg_unread_ips"])]
+    opened: list[Any] = []
+
+    async def unread(k: int) -> int:
+        try:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", _port(ctx), local_addr=(ips[k % len(ips)], 0))
+        except OSError:
+            return -1
+        opened.append(writer)
+        writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(stream_body)}"
+                      f"\r\n\r\n").encode() + stream_body)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), scale["sg_flood_s"])
+        parts = line.split()
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else -1  # then unread
+
+    unread_statuses = await asyncio.gather(
+        *(unread(k) for k in range(scale["sg_unread"])), return_exceptions=True)
+    replies = await asyncio.gather(*longs)
+    for writer in opened:
+        writer.close()
+    long_statuses = [r.status for r in replies]
+    unread_statuses = [s if isinstance(s, int) else -1 for s in unread_statuses]
+    statuses = long_statuses + unread_statuses
+    limit = int(scale.get("api_client_concurrency", 8))
+    admitted = sum(s == 200 for s in long_statuses)
+    ok = (all(s in (200, 429, -1) for s in statuses) and admitted <= limit
+          and sum(s == 429 for s in long_statuses) >= scale["sg_flood"] - limit)
+    return {"ok": ok, "server_faults": sum(s >= 500 for s in statuses),
+            "long": _count(long_statuses), "unread": _count(unread_statuses),
+            "detail": f"{scale['sg_flood']} long requests from one address: "
+                      f"{_count(long_statuses)} (-1: still running at {scale['sg_flood_s']} s, "
+                      f"closed); {scale['sg_unread']} unread streams from "
+                      f"{scale['sg_unread_ips']} addresses: {_count(unread_statuses)}"}
+
+
+def _count(statuses: list[int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in statuses:
+        out[str(s)] = out.get(str(s), 0) + 1
+    return dict(sorted(out.items()))
+
+
+async def _n1(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    bodies = {
+        "nested quantifiers, mentioned": _chat(ctx, [{"role": "user", "content": "at 10:30"}],
+                                               _tool({"type": "string", "pattern": N1_PATTERN,
+                                                      "x-diffvoice-context": "mentioned"})),
+        "lookahead": _chat(ctx, [{"role": "user", "content": "00:01"}],
+                           _tool({"type": "string", "pattern": N1_LOOKAHEAD,
+                                  "x-diffvoice-context": "mentioned"})),
+        "2,000-value mentioned enum, 400 messages": _chat(
+            ctx, [{"role": ("user", "assistant")[i % 2], "content": "x"} for i in range(399)]
+            + [{"role": "user", "content": "y"}],
+            _tool({"type": "string", "enum": [f"v{i:04d}" for i in range(2000)],
+                   "x-diffvoice-context": "mentioned"})),
+    }
+    results: dict[str, list[Reply]] = {}
+    for name, body in bodies.items():
+        ip = next_ip()
+        results[name] = list(await asyncio.gather(*(
+            post(ctx, "/v1/chat/completions", body, ip=ip) for _ in range(scale["sg_n1"]))))
+    replies = [r for rs in results.values() for r in rs]
+    slowest = max(r.ms for r in replies)
+    ok = all(r.status in (200, 400, 429) for r in replies) and slowest <= FAST_MS
+    return {"ok": ok, "server_faults": sum(r.status >= 500 for r in replies),
+            "slowest_ms": round(slowest),
+            "detail": "; ".join(f"{name}: {_count([r.status for r in rs])}"
+                                for name, rs in results.items())
+            + f"; slowest {slowest:.0f} ms (goal <= {FAST_MS:.0f})"}
+
+
+async def _n2(ctx: Ctx) -> dict[str, Any]:
+    tiny = [{"role": ("user", "assistant")[i % 2], "content": "a"} for i in range(7999)] + \
+        [{"role": "user", "content": "a"}]
+    args = [{"role": "user", "content": "book it"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c1", "type": "function", "function": {
+                    "name": "book", "arguments": json.dumps({"note": "x" * 600_000})}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "user", "content": "thanks"}]
+    replies = {name: await post(ctx, "/v1/chat/completions", _chat(ctx, m), ip=next_ip())
+               for name, m in (("8,000 messages", tiny), ("600 KB tool_call arguments", args))}
+    ok = all(r.status == 400 and "max_prompt_chars" in error_of(r) and r.ms <= FAST_MS
+             for r in replies.values())
+    return {"ok": ok, "server_faults": sum(r.status >= 500 for r in replies.values()),
+            "detail": "; ".join(f"{k}: {r.status} in {r.ms:.0f} ms ({error_of(r)[:60]!r})"
+                                for k, r in replies.items())}
+
+
+async def _held(ctx: Ctx, ip: str, head: bytes, within_s: float) -> tuple[str, float | None]:
+    """Send `head` (and nothing more) from `ip`; -> (what the server answered or 'closed' /
+    'open', seconds until the server closed it)."""
+    t0 = time.monotonic()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(ctx),
+                                                       local_addr=(ip, 0))
+    except OSError:
+        return "refused at connect", 0.0
+    try:
+        writer.write(head)
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), within_s)
+    except TimeoutError:
+        return "open", None
+    except ConnectionError:
+        return "closed", time.monotonic() - t0
+    finally:
+        writer.close()
+    line = raw.partition(b"\r\n")[0].split()
+    return (line[1].decode() if len(line) >= 2 else "closed"), time.monotonic() - t0
+
+
+async def _n3(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    body_limit = float(scale["sg_body_timeout_s"]) + 5.0
+    ip = next_ip()
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            b"application/json\r\nContent-Length: 1000\r\n\r\n{")
+    slow = [asyncio.create_task(_held(ctx, ip, head, body_limit + 10))
+            for _ in range(scale["sg_slow_bodies"])]
+    phone_ip = next_ip()
+    silent = [asyncio.create_task(_silent_stream(ctx, phone_ip, body_limit + 10))
+              for _ in range(scale["sg_silent_streams"])]
+    await asyncio.sleep(1.0)  # all of them open (or refused) before the others ask
+    other = next_ip()
+    healthz = await _raw(ctx, other, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     "Connection: close\r\n\r\n")
+    innocent = await post(ctx, "/v1/chat/completions", chat_body(ctx.settings["model_name"],
+                                                                 innocent_content(0)), ip=other)
+    try:
+        await attack_phone.webhook(ctx, attack_phone.new_sid(), "+15550107011")
+        hook = 200
+    except RuntimeError as e:
+        hook = str(e)[:80]
+    slow_out = await asyncio.gather(*slow)
+    silent_out = await asyncio.gather(*silent)
+    late = [s for _, s in slow_out + silent_out if s is None or s > body_limit]
+    ok = (healthz[0] == 200 and innocent.status == 200 and hook == 200 and not late)
+    return {"ok": ok, "server_faults": sum(str(a).startswith("5") for a, _ in slow_out)
+            + (innocent.status >= 500) + (healthz[0] >= 500),
+            "detail": f"{scale['sg_slow_bodies']} slow bodies from one address: "
+                      f"{_count([a for a, _ in slow_out])}, slowest close "
+                      f"{_max_s(slow_out)} s; {scale['sg_silent_streams']} Twilio sockets "
+                      f"without start: {_count([a for a, _ in silent_out])}, slowest close "
+                      f"{_max_s(silent_out)} s (goal <= {body_limit:.0f}); meanwhile "
+                      f"/healthz {healthz[0]}, /v1 {innocent.status}, signed webhook {hook}"}
+
+
+def _max_s(outcomes) -> float | None:
+    times = [s for _, s in outcomes if s is not None]
+    return round(max(times), 1) if times else None
+
+
+async def _silent_stream(ctx: Ctx, ip: str, within_s: float) -> tuple[str, float | None]:
+    t0 = time.monotonic()
+    try:
+        async with connect(ctx.stream, ping_interval=None, open_timeout=30,
+                           local_addr=(ip, 0)) as ws:
+            with contextlib.suppress(ConnectionClosed):
+                await asyncio.wait_for(ws.wait_closed(), within_s)
+            if ws.close_code is None:
+                return "open", None
+            return str(ws.close_code), time.monotonic() - t0
+    except (OSError, InvalidStatus, TimeoutError) as e:
+        return f"refused: {type(e).__name__}", time.monotonic() - t0
+
+
+async def _ws_flood(ctx: Ctx, kind: str, within_s: float) -> dict[str, Any]:
+    t0, sent = time.monotonic(), 0
+    try:
+        ws = await connect(ctx.ws, ping_interval=None, open_timeout=30,
+                           local_addr=(next_ip(), 0))
+    except (OSError, InvalidStatus, TimeoutError) as e:
+        return {"close": f"connect failed: {e!r}"[:80], "reason": "", "sent": 0}
+    try:
+        await ws.send(protocol.SessionStart(config={}).encode())
+        while time.monotonic() - t0 < within_s:
+            if kind == "pings":
+                await ws.ping()
+            else:
+                await ws.send(b"")
+            sent += 1
+            if sent % 200 == 0:
+                await asyncio.sleep(0)
+    except ConnectionClosed:
+        pass
+    finally:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ws.wait_closed(), 5)
+        await ws.close()
+    return {"close": ws.close_code, "reason": ws.close_reason or "", "sent": sent,
+            "closed_after_s": round(time.monotonic() - t0, 1)}
+
+
+async def _n5(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    within = scale["sg_flood_close_s"]
+    pings, empty = await asyncio.gather(_ws_flood(ctx, "pings", within),
+                                        _ws_flood(ctx, "empty", within))
+    ok = all(f["close"] == 1008 and "message_rate" in f["reason"]
+             and f["closed_after_s"] <= within for f in (pings, empty))
+    return {"ok": ok, "server_faults": sum(f["close"] == 1011 for f in (pings, empty)),
+            "detail": f"ping flood: {pings['close']} {pings['reason']!r} after {pings['sent']} "
+                      f"pings in {pings.get('closed_after_s')} s; empty frames: "
+                      f"{empty['close']} {empty['reason']!r} after {empty['sent']} in "
+                      f"{empty.get('closed_after_s')} s (goal: 1008 message_rate within "
+                      f"{within} s)"}
+
+
+async def _n6(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    ips = [next_ip() for _ in range(8)]
+    held: list[Any] = []
+    refused: dict[str, int] = {}
+    for k in range(scale["sg_silent_browsers"]):
+        try:
+            ws = await connect(ctx.ws, ping_interval=None, open_timeout=30,
+                               local_addr=(ips[k % len(ips)], 0))
+            await ws.send(protocol.SessionStart(config={}).encode())
+            first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 30))
+            if isinstance(first, protocol.Error):
+                refused[first.code] = refused.get(first.code, 0) + 1
+                await ws.close()
+            else:
+                held.append(ws)
+        except (OSError, InvalidStatus, TimeoutError, ConnectionClosed) as e:
+            refused[type(e).__name__] = refused.get(type(e).__name__, 0) + 1
+    stream = attack_phone.Stream(ctx)
+    try:
+        sid = attack_phone.new_sid()
+        params = await attack_phone.webhook(ctx, sid, "+15550107021")
+        if params is None:
+            outcome: Any = ("busy TwiML", None)
+        else:
+            await stream.open(sid, params)
+            outcome = await stream.outcome(2.0)
+    finally:
+        await stream.hang_up()
+        for ws in held:
+            await ws.close()
+    ok = outcome[0] == "open"
+    return {"ok": ok, "server_faults": 0,
+            "detail": f"{len(held)} silent browser sessions held from 8 addresses (refused: "
+                      f"{refused}); a phone call meanwhile: {outcome[0]} {outcome[1] or ''}"}
+
+
+async def _n9(ctx: Ctx) -> dict[str, Any]:
+    replies = []
+    for aliases in ({"a": 5}, [1]):
+        schema = {"type": "string", "enum": ["a"], "x-diffvoice-context": "mentioned",
+                  "x-diffvoice-aliases": aliases}
+        replies.append(await post(ctx, "/v1/chat/completions",
+                                  _chat(ctx, [{"role": "user", "content": "a"}],
+                                        _tool(schema)), ip=next_ip()))
+    ok = all(r.status == 400 and "x-diffvoice-aliases" in error_of(r) for r in replies)
+    return {"ok": ok, "server_faults": sum(r.status >= 500 for r in replies),
+            "detail": "; ".join(f"{r.status} {error_of(r)[:70]!r}" for r in replies)}
+
+
+async def _n10(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    offset = _log_size(ctx)
+    n = scale["sg_cut_bodies"]
+
+    async def cut() -> None:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", _port(ctx),
+                                                      local_addr=(next_ip(), 0))
+        except OSError:
+            return
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 5000\r\n\r\n{\"model\": ")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.transport.abort()  # gone mid-body
+
+    await asyncio.gather(*(cut() for _ in range(n)))
+    await asyncio.sleep(1.0)
+    tail = _log_tail(ctx, offset)
+    lines = len([line for line in tail.splitlines() if line.strip()])
+    tracebacks = tail.count("Traceback (most recent call last)")
+    ok = lines <= n and tracebacks == 0
+    return {"ok": ok, "server_faults": 0, "log_lines": lines, "tracebacks": tracebacks,
+            "detail": f"{n} POSTs cut mid-body: {lines} log lines, {tracebacks} tracebacks "
+                      f"(goal <= {n} lines, 0 tracebacks)"}
+
+
+def _log_size(ctx: Ctx) -> int:
+    return ctx.server.log_path.stat().st_size if ctx.server.log_path else 0
+
+
+def _log_tail(ctx: Ctx, offset: int) -> str:
+    if not ctx.server.log_path:
+        return ""
+    with open(ctx.server.log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", "replace")
+
+
+async def _n11(ctx: Ctx) -> dict[str, Any]:
+    ip = next_ip()
+    got = {}
+    for path in ("/healthz", "/metrics", "/openapi.json"):
+        got[path] = (await _raw(ctx, ip, f"GET {path} HTTP/1.1\r\nHost: evil.example:"
+                                         f"{_port(ctx)}\r\nConnection: close\r\n\r\n"))[0]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.bind((ip, 0))
+    try:  # the URI names evil.example (so Host does, as DNS rebinding makes it); no Origin
+        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(
+            sock, ("127.0.0.1", _port(ctx))), 10)
+        async with connect(f"ws://evil.example:{_port(ctx)}/ws", sock=sock, ping_interval=None,
+                           open_timeout=30) as ws:
+            await ws.send(protocol.SessionStart(config={}).encode())
+            first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 10))
+            got["/ws"] = first.code if isinstance(first, protocol.Error) else "accepted"
+    except InvalidStatus as e:
+        got["/ws"] = e.response.status_code
+    except ConnectionClosed as e:
+        got["/ws"] = e.rcvd.code if e.rcvd else "closed"
+    finally:
+        sock.close()
+    ok = all(v != 200 and v != "accepted" and not (isinstance(v, int) and v >= 500)
+             for v in got.values())
+    return {"ok": ok, "server_faults": sum(isinstance(v, int) and v >= 500 for v in got.values()),
+            "detail": f"Host evil.example: {got}"}
+
+
+async def _n12(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    ip, held, outcomes = next_ip(), [], []
+    for k in range(scale["per_ip"] + 2):
+        try:
+            ws = await connect(ctx.ws, ping_interval=None, open_timeout=30, local_addr=(ip, 0),
+                               additional_headers={"X-Forwarded-For": f"203.0.113.{k + 1}"})
+            await ws.send(protocol.SessionStart(config={}).encode())
+            first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 30))
+            outcomes.append(first.code if isinstance(first, protocol.Error) else "started")
+            held.append(ws)
+        except InvalidStatus as e:
+            outcomes.append(e.response.status_code)
+        except ConnectionClosed as e:
+            outcomes.append(f"{e.rcvd.code if e.rcvd else 'closed'}")
+    for ws in held:
+        await ws.close()
+    started = outcomes.count("started")
+    ok = started <= scale["per_ip"] and len(outcomes) > started
+    return {"ok": ok, "server_faults": outcomes.count("1011"),
+            "detail": f"{len(outcomes)} /ws sessions from one address with distinct "
+                      f"X-Forwarded-For: {started} started (per-IP cap {scale['per_ip']}), "
+                      f"others {[o for o in outcomes if o != 'started']}"}
+
+
+NAMES = {
+    "flood": "N4 API flood: long ignore_eos requests from one client past its concurrency get "
+             "429, unread streams hold no live slot",
+    "N1": "N1 hostile patterns / 2,000-value mentioned enum x 400 messages: answered 200/400 "
+          "within 5 s each",
+    "N2": "N2 prompt parts nobody counted: 8,000 messages, 600 KB tool_call arguments refused "
+          "400 (max_prompt_chars) at once",
+    "N3": "N3 slow bodies and silent Twilio sockets from one address: closed within the "
+          "timeout, /healthz, /v1 and webhooks from others answered 200",
+    "N5": "N5 message floods: /ws pings and empty frames closed 1008 message_rate",
+    "N6": "N6 silent browser sessions cannot lock out a phone caller",
+    "N9": "N9 x-diffvoice-aliases of the wrong shape: 400 naming the keyword",
+    "N10": "N10 POSTs cut mid-body: at most one log line each, no traceback",
+    "N11": "N11 DNS rebinding: Host evil.example refused on /healthz, /metrics, /openapi.json, "
+           "/ws",
+    "N12": "N12 X-Forwarded-For does not bypass the per-IP cap",
+}
+
+
+async def _phase(name: str, work, phases: list) -> None:
+    t0 = time.monotonic()
+    try:
+        result = await work
+    except Exception as e:  # an attack that breaks is a failed check, not a hidden one
+        result = {"ok": False, "detail": f"{type(e).__name__}: {e}"[:300]}
+    result["elapsed_s"] = round(time.monotonic() - t0, 1)
+    phases.append((name, t0, time.monotonic(), result))
+
+
+async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
+    baseline = await metrics(ctx)
+    if scale.get("atk_warmup"):
+        await legit_calls(ctx, 2, 1)
+    reference: dict[int, str] = {}
+    innocent = Innocent(ctx, reference)
+    quiet = await legit_calls(ctx, 2, scale["atk_quiet_turns"]) \
+        if scale["atk_quiet_turns"] else []
+    quiet_end = time.monotonic()
+    probe = LagProbe(ctx, scale["sg_probe_s"])
+    legit = LegitCallers(ctx, scale["atk_legit_turns"])
+    phases: list = []
+    t_start = time.monotonic()
+    try:
+        await _phase("flood", _api_flood(ctx, scale), phases)
+        await _phase("N1", _n1(ctx, scale), phases)
+        await _phase("N2", _n2(ctx), phases)
+        await _phase("N3", _n3(ctx, scale), phases)
+        await _phase("N5", _n5(ctx, scale), phases)
+        await _phase("N6", _n6(ctx, scale), phases)
+        await _phase("N9", _n9(ctx), phases)
+        await _phase("N10", _n10(ctx, scale), phases)
+        await _phase("N11", _n11(ctx), phases)
+        await _phase("N12", _n12(ctx, scale), phases)
+    finally:
+        t_end = time.monotonic()
+        await legit.stop()
+        await innocent.stop()
+        await probe.stop()
+    after = await settled(ctx, baseline=baseline)
+    checks, results = [], {}
+    for name, t0, t1, result in phases:
+        turns = legit.during(t0, t1)
+        good = sum(map(answered, turns))
+        inn = innocent.during(t0, t1)
+        inn_ok = sum(s == 200 and same for s, same in inn)
+        lag = probe.worst(t0, t1)
+        ok = (result["ok"] and good == len(turns) and inn_ok == len(inn)
+              and lag is not None and lag <= LAG_GOAL_MS)
+        checks.append(check(NAMES[name], ok,
+                            f"{result['detail']}; legit turns overlapping: {good} of "
+                            f"{len(turns)} answered; innocent /v1: {inn_ok} of {len(inn)} 200 "
+                            f"and unchanged; event-loop lag max {lag} ms (goal <= "
+                            f"{LAG_GOAL_MS:.0f}); {result['elapsed_s']} s"))
+        results[name] = {k: v for k, v in result.items() if k not in ("ok", "detail")}
+        results[name].update(lag_max_ms=lag, legit_turns=len(turns), legit_answered=good,
+                             innocent=len(inn), innocent_ok=inn_ok)
+    sieged = legit.during(t_start, t_end)
+    quiet_ms, sieged_ms = server_ms(quiet), server_ms(sieged)
+    ratio = (p99(sieged_ms) / p99(quiet_ms)) if quiet_ms and sieged_ms else None
+    faults = sum(r.get("server_faults", 0) for _, _, _, r in phases)
+    inn_all = innocent.during(t_start, t_end)
+    checks += [
+        check("legit callers (browser + Twilio) answered every turn throughout the siege",
+              all(map(answered, sieged)) and len(sieged) >= 2,
+              f"{sum(map(answered, sieged))} of {len(sieged)} "
+              f"({', '.join(turn_summary(sieged)['failed'][:3])})"),
+        check("the innocent API client: every request 200 and its answer unchanged",
+              inn_all and all(s == 200 and same for s, same in inn_all),
+              f"{sum(s == 200 and same for s, same in inn_all)} of {len(inn_all)}"),
+        check("0 answers of 5xx / close 1011 to any attack or innocent request",
+              faults == 0 and all(s < 500 for s, _ in inn_all), f"{faults}"),
+        *([check(f"legit server_ms p99 during the siege <= {SERVER_MS_RATIO:g}x the quiet "
+                 "baseline", ratio is not None and ratio <= SERVER_MS_RATIO,
+                 f"quiet p99 {p99(quiet_ms)} ms ({len(quiet_ms)} turns), sieged p99 "
+                 f"{p99(sieged_ms)} ms ({len(sieged_ms)} turns): ratio "
+                 f"{None if ratio is None else round(ratio, 2)}")]
+          if scale["atk_quiet_turns"] else []),  # short: no quiet round, nothing to judge
+        *leak_checks(after, baseline, "after the siege"),
+    ]
+    quiet_lag = [ms for a, b, ms in probe.samples if b <= quiet_end]
+    return {"quiet": turn_summary(quiet), "sieged": turn_summary(sieged),
+            "quiet_server_ms_p99": p99(quiet_ms), "sieged_server_ms_p99": p99(sieged_ms),
+            "lag_max_ms_quiet": max(quiet_lag) if quiet_lag else None,
+            "phases": results, "siege_elapsed_s": round(t_end - t_start, 1),
+            "checks": checks}
+
+
+
