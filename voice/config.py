@@ -250,6 +250,11 @@ class ServeConfig(SessionLimits):
                        "~/.local/share/diffvoice/<model name>/appointments.sqlite3 on Linux; "
                        "printed at start-up)"),
     )
+    max_bookings_per_caller: int = field(
+        default=3,
+        metadata=_help("open (future, not cancelled) visits one caller may hold in the "
+                       "appointment book; one more is refused in words the agent speaks"),
+    )
     booking_owner_rule: str = field(
         default="caller",
         metadata=_help("who may cancel a booking: caller (only the phone number or browser "
@@ -409,6 +414,10 @@ class ServeConfig(SessionLimits):
         ):
             raise ValueError(f"max_phone_calls must be an integer in [1, max_sessions="
                              f"{self.max_sessions}], got {self.max_phone_calls!r}")
+        if isinstance(self.max_bookings_per_caller, bool) or not isinstance(
+                self.max_bookings_per_caller, int) or self.max_bookings_per_caller < 1:
+            raise ValueError(f"max_bookings_per_caller must be an integer >= 1, got "
+                             f"{self.max_bookings_per_caller!r}")
         for name in ("api_client_concurrency", "api_client_tokens_per_min", "reserved_slots"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

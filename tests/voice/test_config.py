@@ -50,7 +50,9 @@ def test_yaml_file_and_unknown_keys(tmp_path):
         ("max_new_tokens", 0), ("steps_per_block", 0), ("max_sessions", 0), ("asr", ""),
         ("public_url", "example.com"), ("api_keys", ("",)), ("input_frame_ms", 20),
         ("input_frame_ms", 48), ("asr_pause_secs", 0.3), ("asr_idle_pause_secs", 0.01),
-        ("asr_idle_pause_secs", 0.3),
+        ("asr_idle_pause_secs", 0.3), ("max_bookings_per_caller", 0),
+        ("api_client_concurrency", -1), ("api_client_tokens_per_min", 1.5),
+        ("reserved_slots", True),
     ],
 )  # fmt: skip
 def test_invalid_values_name_the_field(field, value):

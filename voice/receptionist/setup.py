@@ -48,7 +48,8 @@ def receptionist_for(config, engine, warnings: list[str]):
 
         tools = ReceptionistTools.for_model(
             config.model, db_path=config.appointments_db,
-            owner_rule=getattr(config, "booking_owner_rule", "caller"))
+            owner_rule=getattr(config, "booking_owner_rule", "caller"),
+            max_open_per_owner=getattr(config, "max_bookings_per_caller", 3))
     except (ImportError, OSError, ValueError) as exc:
         if mode == "on":
             raise ValueError(f"receptionist_tools: {exc}") from exc

@@ -27,6 +27,10 @@ def test_modes(tmp_path):
     (model / "facts.yaml").write_text(facts_file(tmp_path).read_text())
     tools = receptionist_for(config.replace(receptionist_tools="on"), engine, warnings)
     assert tools.book.path == tmp_path / "b.sqlite3" and tools.book.path.is_file()
+    assert tools.book.max_open_per_owner == 3  # --max-bookings-per-caller reaches the book
+    tools = receptionist_for(config.replace(receptionist_tools="on", max_bookings_per_caller=5),
+                             engine, warnings)
+    assert tools.book.max_open_per_owner == 5
     doc = yaml.safe_load((model / "facts.yaml").read_text())
     doc["services"][0]["duration"] = "a while"
     doc["services"][0].pop("minutes", None)
