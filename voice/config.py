@@ -176,6 +176,12 @@ class ServeConfig(SessionLimits):
     twilio_validate: bool = field(
         default=True, metadata=_help("check X-Twilio-Signature on Twilio webhooks")
     )
+    twilio_claims_db: str | None = field(
+        default=None,
+        metadata=_help("SQLite file of the CallSids whose stream was opened, kept across "
+                       "restarts so a replayed signed webhook opens nothing (default: the "
+                       "user's data directory, one file per Twilio auth token)"),
+    )
     status_callback_log: str | None = field(
         default=None, metadata=_help("append Twilio status callbacks as JSON lines to this file")
     )

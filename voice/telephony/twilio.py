@@ -22,7 +22,9 @@ voice.state.AppState; uses ``config``, and when present ``latency_log``, ``activ
   :func:`voice.pipeline.build_pipeline` over :class:`TwilioMediaStreamTransport` until Twilio
   sends ``stop``, the socket drops, or the pipeline ends. Every outcome is confined to that call.
   The stream's single-use claims and phone slots are ``state.phone_admission`` (shared by every
-  worker with ``serve --workers``), else the router's own :class:`PhoneAdmission`.
+  worker with ``serve --workers``), else the router's own :class:`PhoneAdmission`; each claim is
+  also written to ``--twilio-claims-db`` (:mod:`voice.telephony.claims`), so a signed webhook
+  replayed after a restart opens nothing either (1008 "call already has a stream").
 - ``POST /telephony/twilio/status``: signature-checked; appends one JSON line
   ``{"type": "twilio.status", "t": ..., <call/stream status fields>}`` to the log (phone numbers
   are not logged).
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from urllib.parse import parse_qsl
@@ -68,6 +71,8 @@ from diffvoice.voice.telephony.admission import (
     claim_retention_s,
     phone_call_limit,
 )
+from diffvoice.voice.telephony.claims import ClaimStore
+from diffvoice.voice.telephony.claims import default_path as default_claims_path
 from diffvoice.voice.telephony.config import (
     STATUS_PATH,
     STREAM_PATH,
@@ -176,6 +181,8 @@ def make_router(
     calls = calls if calls is not None else ActiveCalls()
     phones = getattr(state, "phone_admission", None) or PhoneAdmission(
         phone_call_limit(state.config), claim_retention_s(state.config))
+    claims = _claim_store(state.config, cfg)
+    retention_s = claim_retention_s(state.config)
     pending = ClientSlots(int(getattr(state.config, "max_pending_streams_per_ip", 8)))
     max_pending = int(getattr(state.config, "max_pending_streams", 32))
     router = APIRouter()
@@ -252,7 +259,7 @@ def make_router(
             return
         finally:
             pending.release(client_ip)
-        refusal = _refusal(cfg, phones, start)
+        refusal = _refusal(cfg, phones, start, claims, retention_s)
         if refusal is None and _at_capacity(state):
             phones.release()
             refusal = (CLOSE_TRY_AGAIN_LATER, "server at capacity")
@@ -269,10 +276,26 @@ def make_router(
     return router
 
 
-def _refusal(cfg: TelephonyConfig, phones, start: StreamStart) -> tuple[int, str] | None:
+def _claim_store(config, cfg: TelephonyConfig) -> ClaimStore | None:
+    """The on-disk stream claims (`twilio_claims_db`, else one file per auth token in the
+    user's data directory); None (claims in memory only, said at start-up) when it cannot be
+    opened."""
+    path = getattr(config, "twilio_claims_db", None) or default_claims_path(
+        cfg.twilio_auth_token)
+    try:
+        return ClaimStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        logger.warning(f"!!! Twilio stream claims kept in memory only ({path}: {exc}): a signed "
+                       "webhook replayed after a restart could open a second stream")
+        return None
+
+
+def _refusal(cfg: TelephonyConfig, phones, start: StreamStart, claims: ClaimStore | None = None,
+             retention_s: float = 0.0) -> tuple[int, str] | None:
     """(close code, reason) when this stream may not run, else None with a phone slot held:
     a token that does not verify for this CallSid and From, a CallSid that already had its
-    stream (checked and claimed at once: single use), or every phone slot taken."""
+    stream in this process or, on disk, in any process before (checked and claimed at once:
+    single use), or every phone slot taken."""
     if cfg.twilio_validate:
         why = signature.check_stream_token(
             cfg.twilio_auth_token or "", start.call_sid, start.custom_parameters.get("token"),
@@ -283,6 +306,14 @@ def _refusal(cfg: TelephonyConfig, phones, start: StreamStart) -> tuple[int, str
             return CLOSE_POLICY, "stream token missing or invalid"
     if not phones.claim(start.call_sid):
         return CLOSE_POLICY, "call already has a stream"
+    if claims is not None:
+        try:
+            fresh = claims.claim(start.call_sid, time.time() + retention_s)
+        except sqlite3.Error as exc:
+            logger.error(f"twilio: stream claims file: {exc}")
+            return CLOSE_TRY_AGAIN_LATER, "phone lines busy"
+        if not fresh:  # served before a restart: a replayed webhook's fresh token
+            return CLOSE_POLICY, "call already has a stream"
     if not phones.acquire():
         return CLOSE_TRY_AGAIN_LATER, "phone lines busy"
     return None

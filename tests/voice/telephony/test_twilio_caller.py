@@ -28,7 +28,8 @@ async def test_the_pipeline_books_as_the_signed_caller_number(live_server, tmp_p
         return passthrough(state, transport, **kwargs)
 
     config = SimpleNamespace(public_url=None, twilio_auth_token=TOKEN, twilio_validate=True,
-                             latency_log=str(tmp_path / "log.jsonl"), max_sessions=4)
+                             latency_log=str(tmp_path / "log.jsonl"), max_sessions=4,
+                             twilio_claims_db=str(tmp_path / "claims.sqlite3"))  # one per case
     calls = ActiveCalls()
     app = FastAPI()
     app.include_router(make_router(SimpleNamespace(config=config), calls=calls,

@@ -99,15 +99,39 @@ def params_for(call_sid: str, token: str, caller: str = FROM) -> dict[str, str]:
     return {"CallSid": call_sid, "From": caller, "To": "+15550199", "token": token}
 
 
-@pytest.fixture
-def phone_app(tmp_path):
+def _phone_app(tmp_path):
     config = SimpleNamespace(public_url=None, twilio_auth_token=TOKEN, twilio_validate=True,
-                             latency_log=str(tmp_path / "log.jsonl"), max_sessions=32)
+                             latency_log=str(tmp_path / "log.jsonl"), max_sessions=32,
+                             twilio_claims_db=str(tmp_path / "claims.sqlite3"))
     calls = ActiveCalls()
     app = FastAPI()
     router = make_router(SimpleNamespace(config=config), calls=calls, build_pipeline=passthrough)
     app.include_router(router)
     return app, calls
+
+
+@pytest.fixture
+def phone_app(tmp_path):
+    return _phone_app(tmp_path)
+
+
+async def test_a_webhook_replayed_after_a_restart_opens_nothing(live_server, tmp_path):
+    """Issue 54 N8: claims lived in memory only, so after a restart a captured signed webhook
+    (which mints a fresh, valid token) opened a stream as the original caller. The restarted
+    server here is a new router (new memory) over the same claims file."""
+    first_app, first_calls = _phone_app(tmp_path)
+    with live_server(first_app) as (_http, ws_base):
+        token = signature.stream_token(TOKEN, sid(30), caller=FROM)
+        async with Stream(ws_base, sid(30), params_for(sid(30), token)):
+            await wait_until(lambda: len(first_calls) == 1, "the call's stream to start")
+    restarted, calls = _phone_app(tmp_path)
+    with live_server(restarted) as (_http, ws_base):
+        fresh = signature.stream_token(TOKEN, sid(30), caller=FROM)  # the replayed webhook's
+        async with Stream(ws_base, sid(30), params_for(sid(30), fresh)) as replay:
+            assert await replay.refusal() == (1008, "call already has a stream")
+        other = signature.stream_token(TOKEN, sid(31), caller=FROM)  # a new call still opens
+        async with Stream(ws_base, sid(31), params_for(sid(31), other)):
+            await wait_until(lambda: len(calls) == 1, "a new call's stream to start")
 
 
 def test_token_expires_and_is_bound_to_call_and_caller():
