@@ -215,8 +215,10 @@ class _GuardConfig:  # the fields agent.guard.clarify_guard_for reads
 
 
 def _generate(engine, messages, params, request_id: str, chat_template_kwargs,
-              priority: int = 0):
-    extra = {"priority": priority} if priority else {}  # 0: as every other caller calls it
+              priority: int = 0, client: str | None = None):
+    extra: dict[str, Any] = {"priority": priority} if priority else {}  # 0: as calls call it
+    if client is not None:
+        extra["client"] = client
     if chat_template_kwargs is None:
         return engine.generate(messages, params, request_id=request_id, **extra)
     return engine.generate(messages, params, request_id=request_id,
@@ -234,14 +236,16 @@ async def serve(agent: Agent | None, engine: Any, messages: list[dict] | str, pa
                 abort: Callable[[], None] | None = None,
                 on_request: Callable[[str], None] | None = None,
                 chat_template_kwargs: dict | None = None,
-                priority: int = 0, pool: Executor | None = None) -> AsyncIterator[Any]:
+                priority: int = 0, pool: Executor | None = None,
+                client: str | None = None) -> AsyncIterator[Any]:
     """The agent's answer to `messages`, as deltas: the BEFORE rules (in a worker thread, off
     the event loop), the engine's decode (or `source`, a draft already decoding the rewritten
     messages), the AFTER rules. `abort` stops the request in flight (default
     engine.abort(request_id)); `on_request(rid)` is told each engine request this answer
     starts (the careful retry is a second one); `record` receives what the AFTER rules did;
-    `priority` is the engine's (0, the default, for live calls; engine.scheduler); the BEFORE
-    rules run on `pool` (default: the loop's default executor).
+    `priority` and `client` are the engine's (0, the default, for live calls; the client's
+    key for fair shares: engine.scheduler); the BEFORE rules run on `pool` (default: the
+    loop's default executor).
     With `agent` None, or an agent without rules, the engine's deltas pass as they are."""
     rules = agent is not None and bool(agent.before) and not isinstance(messages, str)
     limit = getattr(getattr(engine, "config", None), "max_prompt_chars", MAX_RULE_CHARS)
@@ -251,7 +255,8 @@ async def serve(agent: Agent | None, engine: Any, messages: list[dict] | str, pa
             pool, agent.rewrite, messages, limit)
     source_given = source is not None
     if source is None:
-        source = _generate(engine, asked, params, request_id, chat_template_kwargs, priority)
+        source = _generate(engine, asked, params, request_id, chat_template_kwargs, priority,
+                           client)
     guard = agent.guard if agent is not None else None
     if guard is None or isinstance(messages, str):
         async with contextlib.aclosing(source) as stream:
@@ -276,7 +281,7 @@ async def serve(agent: Agent | None, engine: Any, messages: list[dict] | str, pa
                 pool, agent.rewrite, messages, limit)
         async with contextlib.aclosing(_generate(
                 engine, again, engine.careful_params(params), current[0],
-                chat_template_kwargs, priority)) as stream:
+                chat_template_kwargs, priority, client)) as stream:
             async for delta in stream:
                 yield delta
 

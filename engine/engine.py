@@ -137,14 +137,16 @@ class Engine(Worker):
                        request_id: str | None = None,
                        chat_template_kwargs: dict | None = None, *,
                        draft: bool | Callable[[], bool] = False,
-                       priority: int = 0) -> AsyncIterator[Delta]:
+                       priority: int = 0, client: str | None = None) -> AsyncIterator[Delta]:
         """Stream the answer. `draft=True`: low priority (engine.scheduler), may end early with
         finish_reason "shed"; more than max_drafts in flight raises DraftRefused. A callable
         `draft` is asked once, when the request is handed to the worker (after its preparation):
         a caller that has meanwhile decided it wants the answer says False (see promote).
         `priority` (an int >= 0, lower first; 0 the best): a request of priority > 0 leaves
         EngineConfig.reserved_slots to priority 0, pauses while better rows decode (unless
-        priority_share_passes) and is prepared on the shared pool, priority 0 on its own."""
+        priority_share_passes) and is prepared on the shared pool, priority 0 on its own.
+        `client` (any string: an API key's digest, an address) is whose request it is: clients
+        of priority > 0 get fair shares of the engine's places (engine.scheduler)."""
         if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
             raise ValueError(f"priority must be an integer >= 0, got {priority!r}")
         params = params or self.config.default_params
@@ -178,7 +180,7 @@ class Engine(Worker):
                 raise RuntimeError("engine is closed")
             is_draft = bool(draft()) if callable(draft) else draft
             self._pending.append(_Pending(rid, messages, params, chat_template_kwargs, is_draft,
-                                          caller, seq, priority))
+                                          caller, seq, priority, client))
             self._wake.notify()
         finished = False
         try:

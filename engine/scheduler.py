@@ -19,6 +19,13 @@ and is refused (EngineOverloaded) once priority > 0 requests hold max_running + 
 reserved_slots places, so priority-0 work (live calls) always finds room; unless
 `priority_share_passes`, a pass carries only the best priority among its rows (the others pause,
 as drafts do). `rank(seq)` orders all of it: drafts last, then by priority.
+
+Clients (`seq.client`, any hashable key; None: nobody's): among waiting requests of one rank,
+the one whose client holds the fewest places goes first, so one client's backlog cannot make
+another's single request wait behind all of it; and when priority > 0 requests fill their
+places, a request from a client holding fewer places evicts the newest waiting request of the
+client holding the most (finished "evicted", listed in `self.evicted` for the engine to refuse
+with PriorityRefused) instead of being refused itself.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ class Scheduler:
         self.priority_share_passes = priority_share_passes
         self.drafts_share_passes = drafts_share_passes
         self.shed: list[Sequence] = []  # drafts shed by the last schedule(), for the engine
+        self.evicted: list[Sequence] = []  # waiting requests add() evicted, for the engine
         self.shed_total = 0
         self.max_running = max_running
         self.max_queued = max_queued
@@ -95,15 +103,42 @@ class Scheduler:
             low = sum(s.priority > 0 for s in self.by_id.values())
             room = self.max_running + self.max_queued - self.reserved_slots
             if low >= room:
-                raise PriorityRefused(
-                    f"engine is full for priority {seq.priority}: {low} such requests running "
-                    f"or queued ({self.reserved_slots} of max_running + max_queued are reserved "
-                    f"for priority 0)")
+                victim = self._fair_victim(seq)
+                if victim is None:
+                    raise PriorityRefused(
+                        f"engine is full for priority {seq.priority}: {low} such requests "
+                        f"running or queued ({self.reserved_slots} of max_running + max_queued "
+                        f"are reserved for priority 0)")
+                self.waiting.remove(victim)
+                self._finish(victim, "evicted")
+                self.evicted.append(victim)
         if seq.draft and self.drafts_in_flight() >= self.max_drafts:
             raise DraftRefused(f"{self.drafts_in_flight()} drafts in flight "
                                f"(max_drafts={self.max_drafts})")
         self.waiting.append(seq)
         self.by_id[seq.request_id] = seq
+
+    def _places(self) -> dict:
+        """Places (running or waiting) each client's priority > 0 requests hold."""
+        held: dict = {}
+        for s in self.by_id.values():
+            if s.priority > 0 and s.client is not None:
+                held[s.client] = held.get(s.client, 0) + 1
+        return held
+
+    def _fair_victim(self, seq: Sequence) -> Sequence | None:
+        """The newest waiting request of the client holding the most priority > 0 places, if
+        that client holds at least two more than `seq`'s (so eviction only ever evens out)."""
+        if seq.client is None:  # nobody's: no share to even out
+            return None
+        held = self._places()
+        mine = held.get(seq.client, 0)
+        waiting = [s for s in self.waiting if s.priority >= seq.priority > 0
+                   and s.client is not None and s.client != seq.client]
+        if not waiting:
+            return None
+        top = max(waiting, key=lambda s: (held[s.client], s.t_submit))
+        return top if held[top.client] >= mine + 2 else None
 
     def abort(self, request_id: str) -> Sequence | None:
         seq = self.by_id.get(request_id)
@@ -146,8 +181,13 @@ class Scheduler:
         """
         admitted = []
         self.shed = []
-        if len(self.waiting) > 1:  # best first; sorted() is stable: FIFO within a rank
-            self.waiting = deque(sorted(self.waiting, key=rank))
+        if len(self.waiting) > 1:  # best first, then the client holding fewest slots;
+            running: dict = {}  # sorted() is stable: FIFO within those
+            for s in self.running.values():
+                if s.client is not None:
+                    running[s.client] = running.get(s.client, 0) + 1
+            self.waiting = deque(sorted(self.waiting, key=lambda s: (
+                rank(s), running.get(s.client, 0) if s.client is not None else 0)))
         # drafts are shed for priority-0 requests only (a draft is a live call's early answer)
         real_waiting = [s for s in self.waiting if not s.draft and s.priority == 0]
         while len(real_waiting) > len(self.free_slots):

@@ -58,6 +58,7 @@ class Sequence:
     constraint: object | None = None  # engine.constrained.ConstrainedState (tool call / JSON)
     draft: bool = False  # low priority: paused or shed for real requests (engine.scheduler)
     priority: int = 0  # lower is served first (engine.scheduler); drafts rank below all
+    client: str | None = None  # whose request (fair shares among priority > 0 clients)
     rules: DecodeRules = FAST
     ar_pos: int = -1  # block start whose first token the first-token pass committed
     cache_dirty: int = -1  # first cached position a pass rewrote (SDAR's top-k), -1 = none

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from diffvoice.engine.params import SamplingParams
-from diffvoice.engine.scheduler import Committed, rank
+from diffvoice.engine.scheduler import Committed, PriorityRefused, rank
 from diffvoice.engine.sequence import Sequence
 from diffvoice.engine.tokenizer import Detokenizer
 
@@ -68,6 +68,7 @@ class _Pending:
     caller: _Caller
     seq: Sequence | None = None
     priority: int = 0
+    client: str | None = None
 
 
 @dataclass
@@ -279,7 +280,7 @@ class Worker:
                 if p.seq is None:
                     self.worker_prepare_max_s = max(self.worker_prepare_max_s,
                                                     time.perf_counter() - t0)
-            seq.draft, seq.priority = p.draft, p.priority
+            seq.draft, seq.priority, seq.client = p.draft, p.priority, p.client
             ready.append((p, seq))
         with self._lock:
             for p, seq in ready:
@@ -291,6 +292,11 @@ class Worker:
                     p.caller.loop.call_soon_threadsafe(p.caller.queue.put_nowait, exc)
                     continue
                 self._callers[seq.request_id] = p.caller
+                for victim in self.scheduler.evicted:  # its client held the most places
+                    self._deliver(victim.request_id, PriorityRefused(
+                        f"engine is full for priority {victim.priority}: this client's "
+                        "request made room for another client's (fair shares)"))
+                self.scheduler.evicted.clear()
 
     def _admit_each(self, rows: list[Sequence], admitted: list[Sequence]) -> list[Sequence]:
         """Lay out each newly admitted request on its own: one that fails to admit (a bad seed,

@@ -36,7 +36,7 @@ class ScriptedEngine:
     def careful_params(self, params):
         return dataclasses.replace(params, steps_per_block=CAREFUL)
 
-    async def generate(self, messages, params, request_id=None, priority=0):
+    async def generate(self, messages, params, request_id=None, priority=0, client=None):
         careful = params.steps_per_block == CAREFUL
         self.asked.append((messages, careful, request_id))
         self.priorities.append(priority)

@@ -110,3 +110,73 @@ def test_reserved_slots_leave_one_slot_to_every_priority():
     assert run_pass(sch)[1]  # runs: a 1-slot engine reserves nothing
     with pytest.raises(ValueError, match="reserved_slots"):
         EngineConfig(reserved_slots=-1)
+
+
+def _api(rid, client, max_new_tokens=400):
+    s = seq(rid, priority=1, max_new_tokens=max_new_tokens)
+    s.client = client
+    return s
+
+
+def test_a_clients_single_request_goes_before_anothers_backlog():
+    sch = Scheduler(max_running=3, max_queued=16, eos_ids=(EOS,), reserved_slots=1)
+    for i in range(6):
+        sch.add(_api(f"flood{i}", "ip:flood"))
+    run_pass(sch)  # flood0, flood1 take the two slots priority > 0 may use
+    sch.add(_api("innocent", "ip:innocent", max_new_tokens=4))
+    sch.abort("flood0")  # a slot frees: the innocent's request, not flood2, takes it
+    _, admitted, _ = run_pass(sch)
+    assert [s.request_id for s in admitted] == ["innocent"]
+
+
+def test_a_full_share_evicts_the_biggest_clients_newest_waiting_request():
+    sch = Scheduler(max_running=2, max_queued=4, eos_ids=(EOS,), reserved_slots=1)
+    for i in range(5):  # 2 + 4 - 1 places for priority > 0: all one client's
+        sch.add(_api(f"flood{i}", "ip:flood"))
+    run_pass(sch)
+    sch.add(_api("innocent", "ip:innocent"))
+    assert [s.request_id for s in sch.evicted] == ["flood4"]
+    assert sch.evicted[0].finish_reason == "evicted"
+    sch.evicted.clear()
+    # a second client evens out; past even shares the newcomer is refused itself
+    sch.add(_api("innocent2", "ip:innocent"))
+    assert [s.request_id for s in sch.evicted] == ["flood3"]
+    with pytest.raises(EngineOverloaded):
+        sch.add(_api("innocent3", "ip:innocent"))
+    with pytest.raises(EngineOverloaded):  # a request of no client has no share to claim
+        sch.add(_api("anonymous", None))
+
+
+async def test_the_evicted_request_is_refused_and_the_other_client_answered(tmp_path):
+    """Through a real engine: client A fills the places priority > 0 may hold with long
+    requests; client B's one request evicts A's newest waiting one (PriorityRefused, an
+    EngineOverloaded: the API answers it 429) and is answered."""
+    import asyncio
+
+    from diffvoice.engine import Engine, PriorityRefused
+    from diffvoice.engine.testing import make_random_checkpoint
+
+    path = make_random_checkpoint(tmp_path / "m", family="sdar", seed=3)
+    engine = Engine.from_pretrained(path, EngineConfig(
+        device="cpu", enforce_eager=True, max_running=2, max_queued=3, reserved_slots=1))
+    chat = [{"role": "user", "content": "hello"}]
+    long = SamplingParams(max_new_tokens=256, ignore_eos=True)
+
+    async def answer(rid, params, client):
+        return [d async for d in engine.generate(chat, params, request_id=rid, priority=1,
+                                                 client=client)]
+
+    try:
+        flood = [asyncio.create_task(answer(f"a{i}", long, "A")) for i in range(4)]
+        for _ in range(3000):  # the four are queued (30 s at most)
+            if len(engine.active_request_ids()) == 4:
+                break
+            await asyncio.sleep(0.01)
+        innocent = await answer("b", SamplingParams(max_new_tokens=4), "B")
+        assert innocent[-1].finished and innocent[-1].finish_reason in ("stop", "length")
+        with pytest.raises(PriorityRefused, match="fair shares"):
+            await flood[3]
+        for task in flood[:3]:
+            task.cancel()
+    finally:
+        engine.close()

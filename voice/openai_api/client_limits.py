@@ -58,6 +58,7 @@ class Lease:
 
     def __init__(self, limits: ClientLimits | None, key: str) -> None:
         self._limits, self._key = limits, key
+        self.key = key  # the client, for the engine's fair shares
 
     def release(self) -> None:
         limits, self._limits = self._limits, None

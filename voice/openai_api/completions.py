@@ -77,7 +77,7 @@ def add_completions_route(router: APIRouter, state: Any, *,
         request_id = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         deltas = engine.generate(req.prompt, req.params, request_id=request_id,
-                                 priority=API_PRIORITY)
+                                 priority=API_PRIORITY, client=lease.key)
         if req.stream:
             return await _stream(request, req, deltas, request_id, created, lease)
         try:

@@ -194,7 +194,7 @@ def make_router(state: Any) -> APIRouter:
         deltas = pipeline.serve(  # the agent's rules around the model (agent.pipeline)
             agent, engine, list(chat.messages), chat.params, request_id=request_id,
             record=record, chat_template_kwargs=chat.chat_template_kwargs,
-            priority=API_PRIORITY, pool=api_pool)
+            priority=API_PRIORITY, pool=api_pool, client=lease.key)
         dropped = await asyncio.get_running_loop().run_in_executor(
             api_pool, _dropped_context, engine, chat.messages, request_id)
         if chat.stream:
