@@ -33,6 +33,7 @@ beyond handing sockets to voice.transport.ws_session.
 from __future__ import annotations
 
 import asyncio
+import gc
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def create_app(state: AppState) -> FastAPI:
         yield
         if warming is not None:
             warming.cancel()
+        gc.unfreeze()  # the warm-up's gc.freeze(): collectable again, as the process winds down
         state.loop_lag.stop()
         if watchdog is not None:
             watchdog.stop()

@@ -2,13 +2,16 @@
 half-served; idle and silent sockets are reaped on time.
 
 Contract: `await run(ctx, scale)`:
-1. fills the server to `max_sessions` /ws calls (each from its own loopback IP, kept alive with a
-   silence frame every 2 s), then checks that one more /ws call gets `overloaded` (1013) with no
-   session.started and no audio, the Twilio webhook answers busy TwiML (<Say> + <Hangup/>), and a
-   Twilio stream with a valid token is closed 1013;
+1. fills the server to `max_sessions`: /ws calls up to the browsers' share (each from its own
+   loopback IP) and Twilio calls up to the phone lines (`max_phone_calls`), all kept alive with
+   silence at real time (idleness is counted in seconds of audio), then checks that one more
+   /ws call gets `overloaded` (1013) with no session.started and no audio, the Twilio webhook
+   answers busy TwiML (<Say> + <Hangup/>), and a Twilio stream with a valid token is closed
+   1013;
 2. from one IP opens `per_ip` calls, then one more: `too_many_sessions` (1013);
 3. sends 100 concurrent /v1 requests (beyond the engine's max_running + max_queued): each is a
-   complete 200 (finish_reason, every token) or a 503 with Retry-After and an OpenAI error body;
+   complete 200 (finish_reason, every token) or a 429 / 503 with Retry-After and an OpenAI
+   error body;
 4. idle: 3 calls that send session.start and then nothing are closed `idle_timeout` within
    [idle_timeout_s, idle_timeout_s + 2 s] of session.started; 2 sockets that send nothing are
    closed `handshake_timeout` within [handshake_timeout_s, + 2 s] of connecting.
@@ -27,8 +30,8 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from diffvoice.latency_bench.reliability import attack_phone
 from diffvoice.latency_bench.reliability.common import (
-    SILENCE_20MS,
     Ctx,
     check,
     health,
@@ -72,15 +75,19 @@ async def _refused(ctx: Ctx, ip: str) -> dict[str, Any]:
                                                     for e in events), "audio_frames": audio}
 
 
+HALF_SECOND = bytes(16000)  # 0.5 s of 16 kHz PCM silence
+
+
 async def _keepalive(sockets: list, stop: asyncio.Event) -> None:
+    """Silence at real time on every held call (idleness is counted in seconds of audio)."""
     while not stop.is_set():
         for ws in sockets:
             try:
-                await ws.send(SILENCE_20MS)
+                await ws.send(HALF_SECOND)
             except ConnectionClosed:
                 pass
         try:
-            await asyncio.wait_for(stop.wait(), 2.0)
+            await asyncio.wait_for(stop.wait(), 0.5)
         except TimeoutError:
             pass
 
@@ -157,10 +164,24 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     model = ctx.settings["model_name"]
     held, stop = [], asyncio.Event()
     keeper = asyncio.create_task(_keepalive(held, stop))
+    phones_cap = scale.get("max_phone_calls") or max(1, capacity // 2)
+    phones: list = []
+    keepers: list = []
+    browsers = 0
     try:
-        for _ in range(capacity - (await health(ctx))["active_sessions"]):
+        # browsers up to their share (max_sessions less the phone lines), phones up to theirs
+        for _ in range(capacity - phones_cap - (await health(ctx))["active_sessions"]):
             ws, first = await _open(ctx, next_ip())
             held.append(ws)
+            browsers += isinstance(first, protocol.SessionStarted)
+        for k in range(phones_cap):
+            stream = attack_phone.Stream(ctx)
+            sid = attack_phone.new_sid()
+            params = await attack_phone.webhook(ctx, sid, f"+1555010{k:04d}")
+            if params is not None:
+                await stream.open(sid, params)
+                phones.append(stream)
+        keepers = [asyncio.create_task(s.keep_alive(stop)) for s in phones if s.closed is None]
         full = await _refused(ctx, next_ip())
         busy = await asyncio.to_thread(_webhook_busy, ctx)
         stream_close = await _twilio_stream_refused(ctx)
@@ -169,6 +190,10 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         await keeper
         for ws in held:
             await ws.close()
+        for stream in phones:
+            await stream.hang_up()
+    await asyncio.gather(*keepers)
+    held_phones = sum(s.closed is None for s in phones)
     await settled(ctx)
     ip, mine = next_ip(), []
     for _ in range(scale["per_ip"]):
@@ -184,18 +209,21 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     after = await settled(ctx, baseline=baseline)
     idle_s, hs_s = scale["idle_timeout_s"], scale["handshake_timeout_s"]
     checks = [
-        check(f"{capacity} calls held, one more refused overloaded / 1013, nothing served",
-              len(held) == capacity and full["error"] == "overloaded" and full["close"] == 1013
-              and not full["started"] and full["audio_frames"] == 0, json.dumps(full)),
+        check(f"{capacity} calls held (browsers and phones each to their share), one more "
+              "refused overloaded / 1013, nothing served",
+              browsers + held_phones == capacity and full["error"] == "overloaded"
+              and full["close"] == 1013 and not full["started"] and full["audio_frames"] == 0,
+              f"{browsers} browsers + {held_phones} phones; {json.dumps(full)}"),
         check("Twilio webhook at capacity answers busy TwiML", busy, f"{busy}"),
         check("Twilio stream at capacity closed 1013", stream_close == 1013, f"{stream_close}"),
         check(f"one IP: {scale['per_ip']} calls, the next too_many_sessions / 1013",
               over_ip["error"] == "too_many_sessions" and over_ip["close"] == 1013
               and not over_ip["started"], json.dumps(over_ip)),
-        check("100 concurrent /v1 requests: whole 200s or clean 503s, never half-served",
-              all(a["whole"] and a["status"] in (200, 503) for a in answers),
-              f"200: {statuses.count(200)}, 503: {statuses.count(503)}, other: "
-              f"{len(statuses) - statuses.count(200) - statuses.count(503)}"),
+        check("100 concurrent /v1 requests: whole 200s or clean 429s / 503s, never "
+              "half-served", all(a["whole"] and a["status"] in (200, 429, 503) for a in answers),
+              f"200: {statuses.count(200)}, 429: {statuses.count(429)}, 503: "
+              f"{statuses.count(503)}, other: "
+              f"{len(statuses) - sum(statuses.count(s) for s in (200, 429, 503))}"),
         check(f"idle calls reaped idle_timeout within [{idle_s}, {idle_s + 2}] s",
               all(r["error"] == "idle_timeout" and r["close"] == 1008
                   and idle_s <= r["after_s"] <= idle_s + 2 for r in idle[:3]),
@@ -207,5 +235,6 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         *leak_checks(after, baseline, "after admission"),
     ]
     return {"capacity": capacity, "held": len(held), "refused": full, "over_ip": over_ip,
-            "v1_statuses": {"200": statuses.count(200), "503": statuses.count(503)},
+            "v1_statuses": {"200": statuses.count(200), "429": statuses.count(429),
+                            "503": statuses.count(503)},
             "idle": idle, "checks": checks}

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from diffvoice.latency_bench.reliability.common import next_ip
+
 FAST_MS = 2000.0  # a refused schema is answered within this, however hostile (goal of 2 and 3)
 HUGE_MAX_LENGTH = '{"type": "string", "maxLength": 1e30}'
 REDOS_PATTERN = r"(\d?\d?\d?\d?\d?:?){8}y"
@@ -164,9 +166,9 @@ async def _beside_innocents(ctx, hostile: bytes, repeats: int, n: int, concurren
                             quiet: dict | None) -> tuple[list[Reply], dict[str, Any]]:
     """`repeats` hostile requests one after another while `n` innocent ones run."""
     async def hostile_loop() -> list[Reply]:
-        out = []
+        out, ip = [], next_ip()  # the attacker is another client than the innocents
         for _ in range(repeats):
-            out.append(await post(ctx, "/v1/chat/completions", hostile))
+            out.append(await post(ctx, "/v1/chat/completions", hostile, ip=ip))
         return out
 
     hostile_replies, innocents = await asyncio.gather(hostile_loop(),
@@ -233,9 +235,14 @@ async def redos_attack(ctx, scale: dict, quiet: dict | None) -> dict[str, Any]:
 async def client_mistakes(ctx) -> dict[str, Any]:
     """6: each of the 13 malformed values: 400 naming its field, never 5xx."""
     model = ctx.settings["model_name"]
-    replies = await asyncio.gather(*(post(ctx, "/v1/chat/completions",
-                                          chat_body(model, "hello", extra))
-                                     for _, extra, _ in CLIENT_MISTAKES))
+    ip, lanes = next_ip(), asyncio.Semaphore(4)  # one client, within its concurrency
+
+    async def one(extra: str) -> Reply:
+        async with lanes:
+            return await post(ctx, "/v1/chat/completions", chat_body(model, "hello", extra),
+                              ip=ip)
+
+    replies = await asyncio.gather(*(one(extra) for _, extra, _ in CLIENT_MISTAKES))
     wrong = [f"{name}: {r.status} {error_of(r)[:60]!r}" for (name, _, field), r in
              zip(CLIENT_MISTAKES, replies, strict=True)
              if r.status != 400 or field not in error_of(r)]

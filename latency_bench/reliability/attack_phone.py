@@ -38,6 +38,7 @@ from diffvoice.latency_bench.reliability.attack_api import post
 from diffvoice.latency_bench.twilio_client import parse_twiml_stream, twilio_signature
 
 SILENCE_MEDIA = base64.b64encode(b"\xff" * 160).decode()   # 20 ms of mu-law silence
+HALF_SECOND = base64.b64encode(b"\xff" * 4000).decode()    # 0.5 s of it
 SIX_SECONDS = base64.b64encode(b"\xff" * 48_000).decode()  # 8 kHz mu-law: 8000 bytes a second
 
 
@@ -106,9 +107,11 @@ class Stream:
         return self.closed
 
     async def keep_alive(self, stop: asyncio.Event) -> None:
+        """Silence at real time, as a phone line sends it (the server counts idleness in
+        seconds of audio, not in messages)."""
         while not stop.is_set() and self.closed is None:
             with contextlib.suppress(ConnectionClosed):
-                await self.ws.send(_media(SILENCE_MEDIA))
+                await self.ws.send(_media(HALF_SECOND))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
 

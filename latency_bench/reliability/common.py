@@ -170,12 +170,16 @@ class PingProbe:
                     pongs.put_nowait(time.perf_counter())
 
         reader = asyncio.create_task(read())
-        last_audio = 0.0
+        started, audio_s = time.monotonic(), 0.0
         try:
             for _ in range(1_000_000):  # bounded; cancelled when the part ends
-                if time.monotonic() - last_audio > 2.0:
-                    await self._ws.send(SILENCE_20MS)
-                    last_audio = time.monotonic()
+                # silence at real time, as a browser's microphone sends it: the server counts
+                # a session's idleness in seconds of audio, not in frames
+                owed = min(time.monotonic() - started - audio_s, 1.0)
+                if owed >= 0.02:
+                    samples = int(owed * protocol.INPUT_SAMPLE_RATE)
+                    await self._ws.send(bytes(2 * samples))
+                    audio_s += samples / protocol.INPUT_SAMPLE_RATE
                 while not pongs.empty():  # a pong that came after its 5 s timeout
                     pongs.get_nowait()
                 sent = time.perf_counter()

@@ -82,8 +82,10 @@ async def _post(ctx: Ctx, path: str, body: bytes, headers: dict) -> int:
     port = int(ctx.http.rsplit(":", 1)[1])
     head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}",
             "Connection: close", *(f"{k}: {v}" for k, v in headers.items())]
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:  # each input from an address of its own: one fuzzing client per request, so the
+        # per-client API limits (8 in flight) do not answer the fuzz's concurrency instead
+        reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                       local_addr=(next_ip(), 0))
     except OSError:
         return -1
     try:

@@ -38,6 +38,7 @@ def server_args(scale: dict[str, Any], model: str) -> list[str]:
             "--max-new-tokens", str(scale["max_new_tokens"]),
             "--max-sessions", str(scale["max_sessions"]),
             "--max-sessions-per-ip", str(scale["per_ip"]),
+            "--max-phone-calls", str(scale["max_phone_calls"]),
             "--idle-timeout-s", str(scale["idle_timeout_s"]),
             "--handshake-timeout-s", str(scale["handshake_timeout_s"]),
             "--header-timeout-s", str(scale["header_timeout_s"]),

@@ -9,7 +9,8 @@ PARTS = ("fuzz", "isolation", "attacks", "siege", "storm", "admission", "memory"
 
 SCALES: dict[str, dict[str, Any]] = {
     "short": {
-        "name": "short", "max_sessions": 8, "per_ip": 3, "idle_timeout_s": 3.0,
+        "name": "short", "max_sessions": 8, "max_phone_calls": 3, "per_ip": 3,
+        "idle_timeout_s": 3.0,
         "handshake_timeout_s": 2.0, "header_timeout_s": 2.0, "max_new_tokens": 12,
         "fuzz_inputs": 300, "fuzz_schemas": 40, "fuzz_min_total": 300, "fuzz_concurrency": 3,
         "fuzz_mid_calls": 5,
@@ -22,8 +23,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "atk_bad_utf8": 3, "atk_booking_attempts": 4,
         "sg_flood": 12, "sg_long_tokens": 64, "sg_flood_s": 30.0, "sg_unread": 6,
         "sg_unread_ips": 2, "sg_n1": 2, "sg_slow_bodies": 24, "sg_silent_streams": 10,
-        "sg_body_timeout_s": 2.0, "sg_flood_close_s": 10.0, "sg_silent_browsers": 8,
-        "sg_cut_bodies": 5, "sg_probe_s": 1.0, "api_client_concurrency": 8,
+        "sg_body_timeout_s": 5.0, "sg_flood_close_s": 10.0, "sg_silent_browsers": 8,
+        "sg_cut_bodies": 5, "sg_probe_s": 1.0, "sg_n6_ips": 1, "api_client_concurrency": 8,
         "storm_sessions": 1, "storm_interruptions": 2,
         "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
         "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
@@ -31,7 +32,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "part_timeout_s": 150,
     },
     "full": {
-        "name": "full", "max_sessions": 40, "per_ip": 4, "idle_timeout_s": 10.0,
+        "name": "full", "max_sessions": 40, "max_phone_calls": 20, "per_ip": 4,
+        "idle_timeout_s": 10.0,
         "handshake_timeout_s": 5.0, "header_timeout_s": 10.0, "max_new_tokens": 48,
         "fuzz_inputs": 10_000, "fuzz_schemas": 2_000, "fuzz_min_total": 10_000,
         "fuzz_concurrency": 16,
@@ -47,7 +49,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "sg_flood": 80, "sg_long_tokens": 900, "sg_flood_s": 120.0, "sg_unread": 100,
         "sg_unread_ips": 13, "sg_n1": 8, "sg_slow_bodies": 200, "sg_silent_streams": 200,
         "sg_body_timeout_s": 15.0, "sg_flood_close_s": 10.0, "sg_silent_browsers": 30,
-        "sg_cut_bodies": 50, "sg_probe_s": 1.0, "api_client_concurrency": 8,
+        "sg_cut_bodies": 50, "sg_probe_s": 1.0, "sg_n6_ips": 4, "api_client_concurrency": 8,
         "storm_sessions": 4, "storm_interruptions": 100,
         "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
         "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,

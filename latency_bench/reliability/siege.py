@@ -22,8 +22,8 @@ Contract: `await run(ctx, scale)`:
      slow socket closed (408 / 429 / 1013 / 1008) within the body / handshake timeout + 5 s;
    - N5: a /ws ping flood and a /ws flood of empty binary frames: each closed 1008
      message_rate within `sg_flood_close_s`;
-   - N6: `sg_silent_browsers` silent browser sessions from 8 addresses, then a phone call
-     (webhook + stream): admitted;
+   - N6: `sg_silent_browsers` silent browser sessions from `sg_n6_ips` addresses, then a
+     phone call (webhook + stream): admitted (and the legit browser caller still gets in);
    - N9: x-diffvoice-aliases {"a": 5} and [1]: 400 naming the keyword;
    - N10: `sg_cut_bodies` POSTs cut mid-body: at most one log line each, no traceback;
    - N11: Host evil.example on /healthz, /metrics, /openapi.json: refused (4xx), never 200;
@@ -407,7 +407,7 @@ async def _n5(ctx: Ctx, scale: dict) -> dict[str, Any]:
 
 
 async def _n6(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    ips = [next_ip() for _ in range(8)]
+    ips = [next_ip() for _ in range(scale["sg_n6_ips"])]
     held: list[Any] = []
     refused: dict[str, int] = {}
     for k in range(scale["sg_silent_browsers"]):
@@ -438,7 +438,8 @@ async def _n6(ctx: Ctx, scale: dict) -> dict[str, Any]:
             await ws.close()
     ok = outcome[0] == "open"
     return {"ok": ok, "server_faults": 0,
-            "detail": f"{len(held)} silent browser sessions held from 8 addresses (refused: "
+            "detail": f"{len(held)} silent browser sessions held from {len(ips)} addresses "
+                      f"(refused: "
                       f"{refused}); a phone call meanwhile: {outcome[0]} {outcome[1] or ''}"}
 
 
@@ -581,11 +582,11 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     if scale.get("atk_warmup"):
         await legit_calls(ctx, 2, 1)
     reference: dict[int, str] = {}
+    probe = LagProbe(ctx, scale["sg_probe_s"])
     innocent = Innocent(ctx, reference)
     quiet = await legit_calls(ctx, 2, scale["atk_quiet_turns"]) \
         if scale["atk_quiet_turns"] else []
     quiet_end = time.monotonic()
-    probe = LagProbe(ctx, scale["sg_probe_s"])
     legit = LegitCallers(ctx, scale["atk_legit_turns"])
     phases: list = []
     t_start = time.monotonic()
