@@ -215,9 +215,10 @@ class Scheduler:
                       key=lambda s: s.slot)
         if not self.drafts_share_passes and any(not s.draft for s in rows):
             rows = [s for s in rows if not s.draft]  # drafts pause while real rows run
-        if not self.priority_share_passes and rows:
+        if not self.priority_share_passes and len(rows) > 1:
             best = min(s.priority for s in rows)  # worse priorities pause while it runs
-            rows = [s for s in rows if s.priority == best or s.draft]
+            if any(s.priority != best for s in rows):
+                rows = [s for s in rows if s.priority == best or s.draft]
         return rows, admitted
 
     def _admissible(self, seq: Sequence) -> bool:

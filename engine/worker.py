@@ -177,7 +177,7 @@ class Worker:
         overlap = self.overlap if overlap is None else overlap
         sure = overlap and all(self.block_steps.sure_done(r, n) for r in rows)
         block = self.runner.begin_block_step(rows, n)
-        best = min(rank(seq) for seq in rows)
+        best = rank(rows[0]) if len(rows) == 1 else min(rank(seq) for seq in rows)
         yields = best != (False, 0)  # nothing outranks real priority-0 rows
         ran = 1
         for _ in range(n - 1):  # rows change only on this thread (aborts are applied here)
