@@ -57,6 +57,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 MAX_HEAD_BYTES = 16 * 1024
 WS_MAX_SIZE = 1 << 20
 MAX_PENDING_HEADS_PER_IP = 32
+REFUSED_CLOSE_GRACE_S = 2.0  # a connection refused at connect is closed this long after
 LIMIT_KEY = "diffvoice.http_limit"  # set in a request's scope when a limit here answered it
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,32 @@ class HeaderTimeoutMixin:
                 if pending[ip] > self.max_pending_heads_per_ip \
                         and not self.transport.is_closing():
                     HeaderTimeoutMixin.refused += 1
-                    self.transport.close()
+                    self._refuse_head()
+
+    _head_refused = False
+
+    def _refuse_head(self) -> None:
+        """Answer 429 without reading the request (the client may have sent it whole: an SDK
+        opening 80 connections at once meets this cap as well as a slowloris does), then end
+        our half of the connection; what the peer still sends is dropped unread until it hangs
+        up (closing over unread data would reset the connection and lose the answer)."""
+        self._head_refused = True
+        body = error_body(f"too many connections from this address still sending their request "
+                          f"head ({self.max_pending_heads_per_ip} at most); retry",
+                          "too_many_pending_heads", "rate_limit_error")
+        self.transport.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json"
+                             b"\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(REFUSED_CLOSE_GRACE_S, self.transport.close)
+        # nor does it count as one of uvicorn's open connections meanwhile (limit_concurrency)
+        self.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_refused:
+            return  # refused at connect (429 sent): nothing it sends is read
+        super().data_received(data)
 
     def _cancel_head_timer(self) -> None:
         if getattr(self, "_head_timer", None) is not None:
@@ -322,6 +348,8 @@ class SlowClientH11Protocol(HeaderTimeoutMixin, BodyTimeoutMixin, H11Protocol):
     its body is pending while h11 says the client is sending one."""
 
     def data_received(self, data: bytes) -> None:
+        if self._head_refused:
+            return  # refused at connect (429 sent): nothing it sends is read
         if (self.cycle is None or self.cycle.response_complete) \
                 and self.conn.their_state is not h11.SEND_BODY:  # (answered before its body)
             self._arm_head_timer()  # waiting for (the rest of) a new request's head

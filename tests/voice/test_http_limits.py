@@ -131,8 +131,10 @@ def tight_server(voice_state):
 
 
 async def test_one_ip_cannot_fill_the_concurrency_limit_with_half_heads(tight_server):
-    """More than MAX_PENDING_HEADS_PER_IP half-sent heads from one IP: the extra ones are closed
-    at once, so the connection limit (uvicorn's limit_concurrency, which counts them) is never
+    """More than MAX_PENDING_HEADS_PER_IP half-sent heads from one IP: the extra ones are answered
+    429 too_many_pending_heads and closed at once (they used to be closed with no answer, which a
+    client opening 80 connections at once saw as a dropped connection), so the connection limit
+    (uvicorn's limit_concurrency, which counts open connections) is never
     reached and another client's request is answered 200, not 503 (found by the reliability
     harness: 150 half heads against a limit of 136 made every /v1 request 503)."""
     from diffvoice.voice.http_limits import MAX_PENDING_HEADS_PER_IP
@@ -146,14 +148,14 @@ async def test_one_ip_cannot_fill_the_concurrency_limit_with_half_heads(tight_se
         writer.write(HALVES["half_headers"])
         held.append((reader, writer))
 
-    async def closed(reader) -> bool:  # closed by the server well before the head timeout
-        try:
+    async def closed(reader) -> bool:  # refused by the server well before the head timeout:
+        try:  # a 429 naming the limit, then the end of the connection
             async with asyncio.timeout(HEADER_TIMEOUT_S / 4):
-                return await reader.read(1) == b""
-        except ConnectionResetError:  # closed with our half head unread: a reset
-            return True
+                answer = await reader.read()
         except TimeoutError:
             return False
+        assert answer.startswith(b"HTTP/1.1 429 ") and b"too_many_pending_heads" in answer, answer
+        return True
 
     t0 = loop.time()
     closed_at_once = sum(await asyncio.gather(*(closed(r) for r, _ in held)))
