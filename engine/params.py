@@ -133,12 +133,13 @@ class EngineConfig:
     drafts_share_passes: let drafts ride in passes that also carry real requests (cheap on a
                   GPU, where a pass costs about the same for 1 or 8 rows); off by default, so on
                   a CPU a draft pauses whenever a real request is decoding.
-    reserved_slots: slots (and queue places) that only priority-0 requests may take
-                  (`generate(..., priority=0)`, the default): a request of priority > 0 is
-                  admitted only while more than this many slots are free, and refused
-                  (EngineOverloaded) once priority > 0 requests hold max_running + max_queued
-                  - reserved_slots places, so low-priority traffic can never hold every slot a
-                  priority-0 request needs. At most max_running - 1 take effect.
+    reserved_slots: slots that only priority-0 requests may take (`generate(...,
+                  priority=0)`, the default): a request of priority > 0 is admitted only while
+                  more than this many slots are free, and refused (PriorityRefused) once
+                  priority > 0 requests hold all but these slots and a quarter of max_queued,
+                  so low-priority traffic can never hold every slot or queue place a
+                  priority-0 request needs. At most max_running - 1 take effect; 0 reserves
+                  nothing.
     priority_share_passes: let rows of a lower priority (a higher number) ride in passes that
                   carry rows of a better one; off by default: as drafts do, they pause while
                   better rows decode (and a block step of them yields to a better request that

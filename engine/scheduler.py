@@ -15,8 +15,9 @@ requests are admitted first and a running draft is shed (finished with reason "s
 
 Priorities (`seq.priority`, lower first; 0 is the best and the default): waiting requests are
 admitted best first; a request of priority > 0 never takes the last `reserved_slots` free slots
-and is refused (EngineOverloaded) once priority > 0 requests hold max_running + max_queued -
-reserved_slots places, so priority-0 work (live calls) always finds room; unless
+and is refused (PriorityRefused, an EngineOverloaded) once priority > 0 requests hold
+max_running + max_queued - `reserved_places` places (the reserved slots and a quarter of the
+queue), or the engine is full, so priority-0 work (live calls) always finds room; unless
 `priority_share_passes`, a pass carries only the best priority among its rows (the others pause,
 as drafts do). `rank(seq)` orders all of it: drafts last, then by priority.
 
@@ -42,7 +43,8 @@ class EngineOverloaded(RuntimeError):
 
 
 class PriorityRefused(EngineOverloaded):
-    """A priority > 0 request beyond the places priority 0 leaves (Scheduler.reserved_slots)."""
+    """A priority > 0 request beyond the places it may hold (Scheduler.reserved_places), or
+    while the engine is full."""
 
 
 class DraftRefused(EngineOverloaded):
@@ -71,6 +73,10 @@ class Scheduler:
         self.max_drafts = max_drafts
         # at least one slot stays open to every priority
         self.reserved_slots = max(0, min(reserved_slots, max_running - 1))
+        # places (running or queued) priority > 0 leaves to priority 0: the reserved slots and a
+        # quarter of the queue (live calls' turns and their drafts queue too)
+        self.reserved_places = self.reserved_slots + (max_queued // 4 if self.reserved_slots
+                                                      else 0)
         self.priority_share_passes = priority_share_passes
         self.drafts_share_passes = drafts_share_passes
         self.shed: list[Sequence] = []  # drafts shed by the last schedule(), for the engine
@@ -93,25 +99,27 @@ class Scheduler:
         return len(self.waiting) + len(self.running)
 
     def add(self, seq: Sequence) -> None:
-        if len(self) >= self.max_running + self.max_queued:
-            raise EngineOverloaded(
-                f"engine is full: {len(self.running)} running and {len(self.waiting)} queued "
-                f"(max_running={self.max_running}, max_queued={self.max_queued})")
         if seq.request_id in self.by_id:
             raise ValueError(f"request id {seq.request_id!r} is already in use")
         if seq.priority > 0 and self.reserved_slots:
             low = sum(s.priority > 0 for s in self.by_id.values())
-            room = self.max_running + self.max_queued - self.reserved_slots
+            room = self.max_running + self.max_queued - self.reserved_places
             if low >= room:
                 victim = self._fair_victim(seq)
                 if victim is None:
                     raise PriorityRefused(
                         f"engine is full for priority {seq.priority}: {low} such requests "
-                        f"running or queued ({self.reserved_slots} of max_running + max_queued "
-                        f"are reserved for priority 0)")
+                        f"running or queued ({self.reserved_places} of max_running + "
+                        f"max_queued are reserved for priority 0)")
                 self.waiting.remove(victim)
                 self._finish(victim, "evicted")
                 self.evicted.append(victim)
+        if len(self) >= self.max_running + self.max_queued:
+            full = PriorityRefused if seq.priority > 0 and self.reserved_slots \
+                else EngineOverloaded  # (with no reservation every request is alike)
+            raise full(
+                f"engine is full: {len(self.running)} running and {len(self.waiting)} queued "
+                f"(max_running={self.max_running}, max_queued={self.max_queued})")
         if seq.draft and self.drafts_in_flight() >= self.max_drafts:
             raise DraftRefused(f"{self.drafts_in_flight()} drafts in flight "
                                f"(max_drafts={self.max_drafts})")

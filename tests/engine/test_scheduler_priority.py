@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from diffvoice.engine.params import EngineConfig, SamplingParams
-from diffvoice.engine.scheduler import EngineOverloaded, Scheduler, rank
+from diffvoice.engine.scheduler import EngineOverloaded, PriorityRefused, Scheduler, rank
 from diffvoice.engine.sequence import Sequence
 
 EOS = 7
@@ -131,18 +131,29 @@ def test_a_clients_single_request_goes_before_anothers_backlog():
 
 def test_a_full_share_evicts_the_biggest_clients_newest_waiting_request():
     sch = Scheduler(max_running=2, max_queued=4, eos_ids=(EOS,), reserved_slots=1)
-    for i in range(5):  # 2 + 4 - 1 places for priority > 0: all one client's
+    assert sch.reserved_places == 2  # the slot and a quarter of the queue
+    for i in range(4):  # 2 + 4 - 2 places for priority > 0: all one client's
         sch.add(_api(f"flood{i}", "ip:flood"))
     run_pass(sch)
     sch.add(_api("innocent", "ip:innocent"))
-    assert [s.request_id for s in sch.evicted] == ["flood4"]
+    assert [s.request_id for s in sch.evicted] == ["flood3"]
     assert sch.evicted[0].finish_reason == "evicted"
     sch.evicted.clear()
     # a second client evens out; past even shares the newcomer is refused itself
     sch.add(_api("innocent2", "ip:innocent"))
-    assert [s.request_id for s in sch.evicted] == ["flood3"]
+    assert [s.request_id for s in sch.evicted] == ["flood2"]
     with pytest.raises(EngineOverloaded):
         sch.add(_api("innocent3", "ip:innocent"))
+    # an engine full of priority-0 work refuses a priority > 0 request as PriorityRefused too
+    # (the API answers it 429, not 503: its share, not the server, is what is full)
+    busy = Scheduler(max_running=2, max_queued=4, eos_ids=(EOS,), reserved_slots=1)
+    for i in range(6):
+        busy.add(seq(f"live{i}"))
+    with pytest.raises(PriorityRefused):
+        busy.add(_api("late", "ip:late"))
+    with pytest.raises(EngineOverloaded) as full:
+        busy.add(seq("live6"))
+    assert not isinstance(full.value, PriorityRefused)
     with pytest.raises(EngineOverloaded):  # a request of no client has no share to claim
         sch.add(_api("anonymous", None))
 
