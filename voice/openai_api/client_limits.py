@@ -2,7 +2,9 @@
 flight and how many tokens it may ask for per minute, counted before any work is done.
 
     limits = ClientLimits(max_concurrent=8, tokens_per_minute=600_000)
-    lease = limits.admit(client_key(request, api_keys), cost)   # OpenAIError 429 past a limit
+    lease = enter(limits, request, state)   # before the body is read: 429 past its concurrency
+    cost = prompt_cost(engine, messages)    # off the loop, with the parse: 400 past the cap
+    charge(lease, engine, params, cost)     # 429 past its token budget
     try: ... finally: lease.release()
 
 A client is its bearer key when the server has API keys (one key, one client, from any
@@ -98,14 +100,29 @@ class ClientLimits:
 
     def admit(self, key: str, cost: int) -> Lease:
         """Take one concurrency place and `cost` tokens for `key`, or raise OpenAIError 429."""
-        now = self._clock()
-        client = self._client(key, now)
+        lease = self.enter(key)
+        try:
+            self.charge(key, cost)
+        except OpenAIError:
+            lease.release()
+            raise
+        return lease
+
+    def enter(self, key: str) -> Lease:
+        """Take one concurrency place for `key` (before the request is even read), or 429."""
+        client = self._client(key, self._clock())
         if self.max_concurrent and client.in_flight >= self.max_concurrent:
             self.refused["concurrency"] += 1
             raise OpenAIError(
                 429, f"Too many concurrent requests from this client: {client.in_flight} in "
                 f"flight (api_client_concurrency={self.max_concurrent}); retry when one ends.",
                 type="rate_limit_error", code="rate_limit_exceeded")
+        client.in_flight += 1
+        return Lease(self, key)
+
+    def charge(self, key: str, cost: int) -> None:
+        """Take `cost` tokens from `key`'s budget, or raise OpenAIError 429 (nothing taken)."""
+        client = self._client(key, self._clock())
         if self.tokens_per_minute:
             charge = min(float(max(cost, 1)), float(self.tokens_per_minute))
             if client.tokens < charge:
@@ -118,8 +135,6 @@ class ClientLimits:
                     f"{math.ceil(wait_s)} s.", type="rate_limit_error",
                     code="rate_limit_exceeded", retry_after_s=math.ceil(wait_s))
             client.tokens -= charge
-        client.in_flight += 1
-        return Lease(self, key)
 
     def _release(self, key: str) -> None:
         client = self._clients.get(key)
@@ -131,11 +146,19 @@ class ClientLimits:
         return client.in_flight if client else 0
 
 
-def admit(limits: ClientLimits, request: Any, state: Any, engine: Any, prompt: Any,
-          params: Any) -> Lease:
-    """Count a request before any work is done: its prompt's cost against the engine's
-    max_prompt_chars (400, as the engine would say it, but before the agent's rules or the
-    template see it), then its client's concurrency and token budget (429) -> its Lease."""
+
+def enter(limits: ClientLimits, request: Any, state: Any) -> Lease:
+    """A request's place among its client's concurrent requests (429 past it), taken before
+    its body is read: its client is its API key, else its address."""
+    keys = tuple(getattr(state.config, "api_keys", None) or ())
+    return limits.enter(client_key(request.scope.get("client"),
+                                   request.headers.get("authorization"), keys))
+
+
+def prompt_cost(engine: Any, prompt: Any) -> int:
+    """A request's prompt cost (engine.requests.prompt_chars: every part of every message),
+    or OpenAIError 400 past the engine's max_prompt_chars, said before the agent's rules or the
+    template see it. Linear in the request: run it where the request is parsed, off the loop."""
     cost = prompt_chars(prompt)
     most = getattr(getattr(engine, "config", None), "max_prompt_chars", None)
     if isinstance(most, int) and cost > most:
@@ -143,11 +166,15 @@ def admit(limits: ClientLimits, request: Any, state: Any, engine: Any, prompt: A
                           f"message counts, {MESSAGE_CHARS} per message); the limit is "
                           f"{most} (max_prompt_chars).", param="messages",
                           code="context_length_exceeded")
-    keys = tuple(getattr(state.config, "api_keys", None) or ())
-    key = client_key(request.scope.get("client"), request.headers.get("authorization"), keys)
+    return cost
+
+
+def charge(lease: Lease, engine: Any, params: Any, cost: int) -> None:
+    """Charge the request's tokens to its client's budget (429 past it): max_tokens (at most
+    what the engine could ever give: its max_seq_len) + the prompt's cost / 4."""
     tokens = int(getattr(params, "max_new_tokens", 0) or 0)
-    longest = getattr(engine, "max_seq_len", None)  # what the engine could ever give it
+    longest = getattr(engine, "max_seq_len", None)
     if isinstance(longest, int):
         tokens = min(tokens, longest)
-    return limits.admit(key, tokens + cost // 4)
-
+    if lease._limits is not None:
+        lease._limits.charge(lease.key, tokens + cost // 4)

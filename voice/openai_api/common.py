@@ -20,6 +20,7 @@ from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
 from diffvoice.engine import EngineOverloaded, PriorityRefused, SamplingParams
+from diffvoice.voice.json_input import JSONInputError, loads_untrusted
 from diffvoice.voice.openai_api.metrics import ApiMetrics
 from diffvoice.voice.openai_api.request import (
     OpenAIError,
@@ -177,3 +178,13 @@ def _tool_call_deltas(call: dict[str, str]) -> list[dict[str, Any]]:
 def _sse(payload: dict[str, Any] | str) -> str:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n"
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body's JSON; huge ints, deep nesting and lone surrogates are client mistakes
+    too: 400 invalid_json. Grows with the body: run it off the event loop."""
+    try:
+        return loads_untrusted(raw)
+    except JSONInputError as exc:
+        raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
+                          code="invalid_json") from exc

@@ -16,18 +16,26 @@ Request parsing lives in completion_request.py; knows nothing about the voice pi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from diffvoice.engine import EngineOverloaded
-from diffvoice.voice.json_input import JSONInputError, loads_untrusted
-from diffvoice.voice.openai_api.client_limits import API_PRIORITY, ClientLimits, Lease, admit
+from diffvoice.voice.openai_api.client_limits import (
+    API_PRIORITY,
+    ClientLimits,
+    Lease,
+    charge,
+    enter,
+    prompt_cost,
+)
 from diffvoice.voice.openai_api.common import (
     _check_auth,
     _default_params,
@@ -37,6 +45,7 @@ from diffvoice.voice.openai_api.common import (
     _sse,
     _unless_disconnected,
     _usage,
+    parse_json,
 )
 from diffvoice.voice.openai_api.completion_request import (
     CompletionRequest,
@@ -50,22 +59,26 @@ log = logging.getLogger(__name__)
 
 def add_completions_route(router: APIRouter, state: Any, *,
                           model_ids: Callable[[], tuple[str, ...]], metrics: ApiMetrics,
-                          limits: ClientLimits) -> None:
+                          limits: ClientLimits, pool: Executor | None = None) -> None:
     engine = state.engine
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         _check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
-        try:  # huge ints, deep nesting and lone surrogates are client mistakes too: 400
-            body = loads_untrusted(await request.body())
-        except JSONInputError as exc:
-            raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
-                              code="invalid_json") from exc
-        req = parse_completion_request(body, model_ids=model_ids(),
-                                       defaults=_default_params(state))
-        lease = admit(limits, request, state, engine, req.prompt, req.params)
+        lease = enter(limits, request, state)  # its client's concurrency, before reading it
         handed = False  # to the stream, which releases the lease when it ends
         try:
+            ids, defaults = model_ids(), _default_params(state)
+
+            def parsed(raw: bytes) -> tuple[CompletionRequest, int]:
+                # JSON, validation and the prompt's cost grow with the body: the API's threads
+                return (req := parse_completion_request(parse_json(raw), model_ids=ids,
+                                                        defaults=defaults),
+                        prompt_cost(engine, req.prompt))
+
+            req, cost = await asyncio.get_running_loop().run_in_executor(
+                pool, parsed, await request.body())
+            charge(lease, engine, req.params, cost)
             response = await _complete(request, req, lease)
             handed = req.stream
             return response

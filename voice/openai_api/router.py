@@ -51,8 +51,14 @@ from diffvoice.agent import pipeline
 from diffvoice.agent.guard import ClarifyRecord
 from diffvoice.agent.pipeline import Agent
 from diffvoice.engine import EngineOverloaded
-from diffvoice.voice.json_input import JSONInputError, loads_untrusted
-from diffvoice.voice.openai_api.client_limits import API_PRIORITY, ClientLimits, Lease, admit
+from diffvoice.voice.openai_api.client_limits import (
+    API_PRIORITY,
+    ClientLimits,
+    Lease,
+    charge,
+    enter,
+    prompt_cost,
+)
 from diffvoice.voice.openai_api.common import (
     _check_auth,
     _default_params,
@@ -65,6 +71,7 @@ from diffvoice.voice.openai_api.common import (
     _tool_call_deltas,
     _unless_disconnected,
     _usage,
+    parse_json,
 )
 from diffvoice.voice.openai_api.completions import add_completions_route
 from diffvoice.voice.openai_api.metrics import api_metrics_for
@@ -170,15 +177,20 @@ def make_router(state: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         authorize(request)
-        try:  # huge ints, deep nesting and lone surrogates are client mistakes too: 400
-            body = loads_untrusted(await request.body())
-        except JSONInputError as exc:
-            raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
-                              code="invalid_json") from exc
-        chat = parse_chat_request(body, model_ids=model_ids(), defaults=_default_params(state))
-        lease = admit(limits, request, state, engine, chat.messages, chat.params)
+        lease = enter(limits, request, state)  # its client's concurrency, before reading it
         handed = False  # to the stream, which releases the lease when it ends
         try:
+            ids, defaults = model_ids(), _default_params(state)
+
+            def parsed(raw: bytes) -> tuple[ChatRequest, int]:
+                # JSON, validation and the prompt's cost grow with the body: the API's threads
+                return (chat := parse_chat_request(parse_json(raw), model_ids=ids,
+                                                   defaults=defaults),
+                        prompt_cost(engine, chat.messages))
+
+            chat, cost = await asyncio.get_running_loop().run_in_executor(
+                api_pool, parsed, await request.body())
+            charge(lease, engine, chat.params, cost)
             response = await _chat(request, chat, lease)
             handed = chat.stream
             return response
@@ -301,7 +313,7 @@ def make_router(state: Any) -> APIRouter:
         return _SlotReleasingStream(events(), on_close=release, headers=headers)
 
     add_completions_route(router, state, model_ids=model_ids, metrics=api_metrics,
-                          limits=limits)
+                          limits=limits, pool=api_pool)
     return router
 
 
