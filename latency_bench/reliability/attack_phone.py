@@ -35,6 +35,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from diffvoice.latency_bench.reliability.attack_api import post
+from diffvoice.latency_bench.reliability.common import next_ip
 from diffvoice.latency_bench.twilio_client import parse_twiml_stream, twilio_signature
 
 SILENCE_MEDIA = base64.b64encode(b"\xff" * 160).decode()   # 20 ms of mu-law silence
@@ -83,8 +84,10 @@ class Stream:
 
     async def open(self, call_sid: str, params: dict[str, str]) -> None:
         try:
+            # from an address of its own, as Twilio's streams come from a pool of them (one
+            # address may hold only --max-pending-streams-per-ip sockets before 'start')
             self.ws = await connect(self.ctx.stream, ping_interval=None, open_timeout=30,
-                                    max_size=None)
+                                    max_size=None, local_addr=(next_ip(), 0))
             await self.ws.send(json.dumps({"event": "connected", "protocol": "Call",
                                            "version": "1.0.0"}))
             await self.ws.send(start_message(call_sid, params))

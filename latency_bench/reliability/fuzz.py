@@ -149,7 +149,10 @@ async def _media_call(ctx: Ctx, rng: random.Random, index: int) -> dict[str, Any
     sent = 0
     closed_early = None
     try:
-        async with connect(ctx.stream, ping_interval=None, open_timeout=30) as ws:
+        # from an address of its own, as Twilio's media streams come from a pool of them (one
+        # address may hold only --max-pending-streams-per-ip sockets before their 'start')
+        async with connect(ctx.stream, ping_interval=None, open_timeout=30,
+                           local_addr=(next_ip(), 0)) as ws:
             await ws.send(json.dumps({"event": "connected", "protocol": "Call",
                                       "version": "1.0.0"}))
             await ws.send(json.dumps(start))
