@@ -122,17 +122,22 @@ def _get(server, path: str) -> bytes:
 def _worker_infos(server, rounds: int = 40, at_once: int = 4) -> dict[str, dict]:
     """/workers answers by worker. Which process accepts a connection is the kernel's choice:
     on a busy machine one idle worker can win every sequential request, so each round asks
-    `at_once` requests concurrently (a worker busy answering one cannot take the next)."""
+    `at_once` requests concurrently (a worker busy answering one cannot take the next); and a
+    worker still starting accepts nothing yet (the server is up once one is), so rounds go on,
+    `rounds` at least, until both answered or scaled(60) s passed."""
     import concurrent.futures
 
     seen: dict[str, dict] = {}
+    deadline = time.monotonic() + scaled(60)
     with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
-        for _ in range(rounds):
+        for k in range(100_000):  # bounded by the deadline
             for raw in pool.map(lambda _: _get(server, "/workers"), range(at_once)):
                 info = json.loads(raw)
                 seen[info["answered_by"]] = info
-            if len(seen) == 2:
+            if len(seen) == 2 or (k >= rounds and time.monotonic() > deadline):
                 break
+            if k >= rounds:
+                time.sleep(0.1)
     return seen
 
 
