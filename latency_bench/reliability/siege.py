@@ -8,7 +8,8 @@ Contract: `await run(ctx, scale)`:
    innocent client goes on (one greedy request at a time from its own loopback address), and a
    lag probe reads the server's event-loop lag (diffvoice_event_loop_lag_seconds{stat="max"},
    the worst since its previous read) every `sg_probe_s`, while the phases below run one after
-   another, each attack from loopback addresses of its own:
+   another, each attack from loopback addresses of its own (the socket-level ones, N3, N5,
+   N6, N10-N12, in latency_bench.reliability.siege_sockets):
    - flood (N4): `sg_flood` concurrent `max_tokens: sg_long_tokens, ignore_eos` requests from
      one address, and `sg_unread` streams from `sg_unread_ips` addresses that read their first
      chunk and then nothing; after `sg_flood_s` every connection still open is closed;
@@ -44,14 +45,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from typing import Any
 
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-
-from diffvoice.latency_bench.reliability import attack_phone
+from diffvoice.latency_bench.reliability import siege_sockets
 from diffvoice.latency_bench.reliability.attack_api import (
     Reply,
     answer_of,
@@ -60,7 +57,7 @@ from diffvoice.latency_bench.reliability.attack_api import (
     innocent_content,
     post,
 )
-from diffvoice.latency_bench.reliability.attacks import LegitCallers, p99, server_ms
+from diffvoice.latency_bench.reliability.attacks import LegitCallers, _phase, p99, server_ms
 from diffvoice.latency_bench.reliability.common import (
     Ctx,
     answered,
@@ -72,7 +69,7 @@ from diffvoice.latency_bench.reliability.common import (
     settled,
     turn_summary,
 )
-from diffvoice.voice.transport import protocol
+from diffvoice.latency_bench.reliability.siege_sockets import count, port
 
 LAG_GOAL_MS = 100.0
 SERVER_MS_RATIO = 2.0
@@ -80,10 +77,6 @@ FAST_MS = 5000.0  # a refused or counted request is answered within this, howeve
 LAG = 'diffvoice_event_loop_lag_seconds{stat="max"}'
 N1_PATTERN = r"(\d?\d?\d?\d?\d?:?){6}y"
 N1_LOOKAHEAD = r"^(?=00:0[0-4])(?:\d?:?){50}y"
-
-
-def _port(ctx: Ctx) -> int:
-    return int(ctx.http.rsplit(":", 1)[1])
 
 
 class Innocent:
@@ -152,28 +145,6 @@ class LagProbe:
         return round(max(lags), 1) if lags else None
 
 
-async def _raw(ctx: Ctx, ip: str, head: str, body: bytes = b"", read_s: float = 30.0
-               ) -> tuple[int, str]:
-    """One request over a raw socket from `ip` -> (status or -1, body text)."""
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", _port(ctx),
-                                                       local_addr=(ip, 0))
-    except OSError as e:
-        return -1, f"connect failed: {e!r}"
-    try:
-        writer.write(head.encode() + body)
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), read_s)
-    except (TimeoutError, ConnectionError) as e:
-        return -1, type(e).__name__
-    finally:
-        writer.close()
-    line, _, rest = raw.partition(b"\r\n")
-    parts = line.split()
-    status = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else -1
-    return status, rest.partition(b"\r\n\r\n")[2].decode("utf-8", "replace")
-
-
 def _chat(ctx: Ctx, messages: list[dict], extra: dict | None = None, max_tokens: int = 8
           ) -> bytes:
     return json.dumps({"model": ctx.settings["model_name"], "max_tokens": max_tokens,
@@ -202,7 +173,7 @@ async def _api_flood(ctx: Ctx, scale: dict) -> dict[str, Any]:
     async def unread(k: int) -> int:
         try:
             reader, writer = await asyncio.open_connection(
-                "127.0.0.1", _port(ctx), local_addr=(ips[k % len(ips)], 0))
+                "127.0.0.1", port(ctx), local_addr=(ips[k % len(ips)], 0))
         except OSError:
             return -1
         opened.append(writer)
@@ -229,17 +200,10 @@ async def _api_flood(ctx: Ctx, scale: dict) -> dict[str, Any]:
     ok = (all(s in ("200", "429", running) for s in longs_out + unread_out)
           and admitted <= limit and longs_out.count("429") >= scale["sg_flood"] - limit)
     return {"ok": ok, "server_faults": sum(s[0] == "5" for s in longs_out + unread_out),
-            "long": _count(longs_out), "unread": _count(unread_out),
-            "detail": f"{scale['sg_flood']} long requests from one address: {_count(longs_out)} "
+            "long": count(longs_out), "unread": count(unread_out),
+            "detail": f"{scale['sg_flood']} long requests from one address: {count(longs_out)} "
                       f"(at most {limit} admitted); {scale['sg_unread']} unread streams from "
-                      f"{scale['sg_unread_ips']} addresses: {_count(unread_out)}"}
-
-
-def _count(statuses: list) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in statuses:
-        out[str(s)] = out.get(str(s), 0) + 1
-    return dict(sorted(out.items()))
+                      f"{scale['sg_unread_ips']} addresses: {count(unread_out)}"}
 
 
 async def _n1(ctx: Ctx, scale: dict) -> dict[str, Any]:
@@ -266,7 +230,7 @@ async def _n1(ctx: Ctx, scale: dict) -> dict[str, Any]:
     ok = all(r.status in (200, 400, 429) for r in replies) and slowest <= FAST_MS
     return {"ok": ok, "server_faults": sum(r.status >= 500 for r in replies),
             "slowest_ms": round(slowest),
-            "detail": "; ".join(f"{name}: {_count([r.status for r in rs])}"
+            "detail": "; ".join(f"{name}: {count([r.status for r in rs])}"
                                 for name, rs in results.items())
             + f"; slowest {slowest:.0f} ms (goal <= {FAST_MS:.0f})"}
 
@@ -289,163 +253,6 @@ async def _n2(ctx: Ctx) -> dict[str, Any]:
                                 for k, r in replies.items())}
 
 
-async def _held(ctx: Ctx, ip: str, head: bytes, within_s: float) -> tuple[str, float | None]:
-    """Send `head` (and nothing more) from `ip`; -> (what the server answered or 'closed' /
-    'open', seconds until the server closed it)."""
-    t0 = time.monotonic()
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", _port(ctx),
-                                                       local_addr=(ip, 0))
-    except OSError:
-        return "refused at connect", 0.0
-    try:
-        writer.write(head)
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), within_s)
-    except TimeoutError:
-        return "open", None
-    except ConnectionError:
-        return "closed", time.monotonic() - t0
-    finally:
-        writer.close()
-    line = raw.partition(b"\r\n")[0].split()
-    return (line[1].decode() if len(line) >= 2 else "closed"), time.monotonic() - t0
-
-
-async def _n3(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    body_limit = float(scale["sg_body_timeout_s"]) + 5.0
-    ip = next_ip()
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-            b"application/json\r\nContent-Length: 1000\r\n\r\n{")
-    slow = [asyncio.create_task(_held(ctx, ip, head, body_limit + 10))
-            for _ in range(scale["sg_slow_bodies"])]
-    phone_ip = next_ip()
-    silent = [asyncio.create_task(_silent_stream(ctx, phone_ip, body_limit + 10))
-              for _ in range(scale["sg_silent_streams"])]
-    await asyncio.sleep(1.0)  # all of them open (or refused) before the others ask
-    other = next_ip()
-    healthz = await _raw(ctx, other, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                     "Connection: close\r\n\r\n")
-    innocent = await post(ctx, "/v1/chat/completions", chat_body(ctx.settings["model_name"],
-                                                                 innocent_content(0)), ip=other)
-    try:
-        await attack_phone.webhook(ctx, attack_phone.new_sid(), "+15550107011")
-        hook = 200
-    except RuntimeError as e:
-        hook = str(e)[:80]
-    slow_out = await asyncio.gather(*slow)
-    silent_out = await asyncio.gather(*silent)
-    late = [s for _, s in slow_out + silent_out if s is None or s > body_limit]
-    ok = (healthz[0] == 200 and innocent.status == 200 and hook == 200 and not late)
-    return {"ok": ok, "server_faults": sum(str(a).startswith("5") for a, _ in slow_out)
-            + (innocent.status >= 500) + (healthz[0] >= 500),
-            "detail": f"{scale['sg_slow_bodies']} slow bodies from one address: "
-                      f"{_count([a for a, _ in slow_out])}, slowest close "
-                      f"{_max_s(slow_out)} s; {scale['sg_silent_streams']} Twilio sockets "
-                      f"without start: {_count([a for a, _ in silent_out])}, slowest close "
-                      f"{_max_s(silent_out)} s (goal <= {body_limit:.0f}); meanwhile "
-                      f"/healthz {healthz[0]}, /v1 {innocent.status}, signed webhook {hook}"}
-
-
-def _max_s(outcomes) -> float | None:
-    times = [s for _, s in outcomes if s is not None]
-    return round(max(times), 1) if times else None
-
-
-async def _silent_stream(ctx: Ctx, ip: str, within_s: float) -> tuple[str, float | None]:
-    t0 = time.monotonic()
-    try:
-        async with connect(ctx.stream, ping_interval=None, open_timeout=30,
-                           local_addr=(ip, 0)) as ws:
-            with contextlib.suppress(ConnectionClosed):
-                await asyncio.wait_for(ws.wait_closed(), within_s)
-            if ws.close_code is None:
-                return "open", None
-            return str(ws.close_code), time.monotonic() - t0
-    except InvalidStatus as e:  # refused before the upgrade (e.g. 429: too many heads)
-        return f"HTTP {e.response.status_code}", time.monotonic() - t0
-    except (OSError, InvalidHandshake, TimeoutError) as e:
-        return f"refused: {type(e).__name__}", time.monotonic() - t0
-
-
-async def _ws_flood(ctx: Ctx, kind: str, within_s: float) -> dict[str, Any]:
-    t0, sent = time.monotonic(), 0
-    try:
-        ws = await connect(ctx.ws, ping_interval=None, open_timeout=30,
-                           local_addr=(next_ip(), 0))
-    except (OSError, InvalidStatus, TimeoutError) as e:
-        return {"close": f"connect failed: {e!r}"[:80], "reason": "", "sent": 0}
-    try:
-        await ws.send(protocol.SessionStart(config={}).encode())
-        while time.monotonic() - t0 < within_s:
-            if kind == "pings":
-                await ws.ping()
-            else:
-                await ws.send(b"")
-            sent += 1
-            if sent % 200 == 0:
-                await asyncio.sleep(0)
-    except ConnectionClosed:
-        pass
-    finally:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ws.wait_closed(), 5)
-        await ws.close()
-    return {"close": ws.close_code, "reason": ws.close_reason or "", "sent": sent,
-            "closed_after_s": round(time.monotonic() - t0, 1)}
-
-
-async def _n5(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    within = scale["sg_flood_close_s"]
-    pings, empty = await asyncio.gather(_ws_flood(ctx, "pings", within),
-                                        _ws_flood(ctx, "empty", within))
-    ok = all(f["close"] == 1008 and "message_rate" in f["reason"]
-             and f["closed_after_s"] <= within for f in (pings, empty))
-    return {"ok": ok, "server_faults": sum(f["close"] == 1011 for f in (pings, empty)),
-            "detail": f"ping flood: {pings['close']} {pings['reason']!r} after {pings['sent']} "
-                      f"pings in {pings.get('closed_after_s')} s; empty frames: "
-                      f"{empty['close']} {empty['reason']!r} after {empty['sent']} in "
-                      f"{empty.get('closed_after_s')} s (goal: 1008 message_rate within "
-                      f"{within} s)"}
-
-
-async def _n6(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    ips = [next_ip() for _ in range(scale["sg_n6_ips"])]
-    held: list[Any] = []
-    refused: dict[str, int] = {}
-    for k in range(scale["sg_silent_browsers"]):
-        try:
-            ws = await connect(ctx.ws, ping_interval=None, open_timeout=30,
-                               local_addr=(ips[k % len(ips)], 0))
-            await ws.send(protocol.SessionStart(config={}).encode())
-            first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 30))
-            if isinstance(first, protocol.Error):
-                refused[first.code] = refused.get(first.code, 0) + 1
-                await ws.close()
-            else:
-                held.append(ws)
-        except (OSError, InvalidStatus, TimeoutError, ConnectionClosed) as e:
-            refused[type(e).__name__] = refused.get(type(e).__name__, 0) + 1
-    stream = attack_phone.Stream(ctx)
-    try:
-        sid = attack_phone.new_sid()
-        params = await attack_phone.webhook(ctx, sid, "+15550107021")
-        if params is None:
-            outcome: Any = ("busy TwiML", None)
-        else:
-            await stream.open(sid, params)
-            outcome = await stream.outcome(2.0)
-    finally:
-        await stream.hang_up()
-        for ws in held:
-            await ws.close()
-    ok = outcome[0] == "open"
-    return {"ok": ok, "server_faults": 0,
-            "detail": f"{len(held)} silent browser sessions held from {len(ips)} addresses "
-                      f"(refused: "
-                      f"{refused}); a phone call meanwhile: {outcome[0]} {outcome[1] or ''}"}
-
-
 async def _n9(ctx: Ctx) -> dict[str, Any]:
     replies = []
     for aliases in ({"a": 5}, [1]):
@@ -457,98 +264,6 @@ async def _n9(ctx: Ctx) -> dict[str, Any]:
     ok = all(r.status == 400 and "x-diffvoice-aliases" in error_of(r) for r in replies)
     return {"ok": ok, "server_faults": sum(r.status >= 500 for r in replies),
             "detail": "; ".join(f"{r.status} {error_of(r)[:70]!r}" for r in replies)}
-
-
-async def _n10(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    offset = _log_size(ctx)
-    n = scale["sg_cut_bodies"]
-
-    async def cut() -> None:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", _port(ctx),
-                                                      local_addr=(next_ip(), 0))
-        except OSError:
-            return
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                     b"application/json\r\nContent-Length: 5000\r\n\r\n{\"model\": ")
-        await writer.drain()
-        await asyncio.sleep(0.2)
-        writer.transport.abort()  # gone mid-body
-
-    await asyncio.gather(*(cut() for _ in range(n)))
-    await asyncio.sleep(1.0)
-    tail = _log_tail(ctx, offset)
-    lines = len([line for line in tail.splitlines() if line.strip()])
-    tracebacks = tail.count("Traceback (most recent call last)")
-    ok = lines <= n and tracebacks == 0
-    return {"ok": ok, "server_faults": 0, "log_lines": lines, "tracebacks": tracebacks,
-            "detail": f"{n} POSTs cut mid-body: {lines} log lines, {tracebacks} tracebacks "
-                      f"(goal <= {n} lines, 0 tracebacks)"}
-
-
-def _log_size(ctx: Ctx) -> int:
-    return ctx.server.log_path.stat().st_size if ctx.server.log_path else 0
-
-
-def _log_tail(ctx: Ctx, offset: int) -> str:
-    if not ctx.server.log_path:
-        return ""
-    with open(ctx.server.log_path, "rb") as f:
-        f.seek(offset)
-        return f.read().decode("utf-8", "replace")
-
-
-async def _n11(ctx: Ctx) -> dict[str, Any]:
-    ip = next_ip()
-    got = {}
-    for path in ("/healthz", "/metrics", "/openapi.json"):
-        got[path] = (await _raw(ctx, ip, f"GET {path} HTTP/1.1\r\nHost: evil.example:"
-                                         f"{_port(ctx)}\r\nConnection: close\r\n\r\n"))[0]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    sock.bind((ip, 0))
-    try:  # the URI names evil.example (so Host does, as DNS rebinding makes it); no Origin
-        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(
-            sock, ("127.0.0.1", _port(ctx))), 10)
-        async with connect(f"ws://evil.example:{_port(ctx)}/ws", sock=sock, ping_interval=None,
-                           open_timeout=30) as ws:
-            await ws.send(protocol.SessionStart(config={}).encode())
-            first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 10))
-            got["/ws"] = first.code if isinstance(first, protocol.Error) else "accepted"
-    except InvalidStatus as e:
-        got["/ws"] = e.response.status_code
-    except ConnectionClosed as e:
-        got["/ws"] = e.rcvd.code if e.rcvd else "closed"
-    finally:
-        sock.close()
-    ok = all(v != 200 and v != "accepted" and not (isinstance(v, int) and v >= 500)
-             for v in got.values())
-    return {"ok": ok, "server_faults": sum(isinstance(v, int) and v >= 500 for v in got.values()),
-            "detail": f"Host evil.example: {got}"}
-
-
-async def _n12(ctx: Ctx, scale: dict) -> dict[str, Any]:
-    ip, held, outcomes = next_ip(), [], []
-    for k in range(scale["per_ip"] + 2):
-        try:
-            ws = await connect(ctx.ws, ping_interval=None, open_timeout=30, local_addr=(ip, 0),
-                               additional_headers={"X-Forwarded-For": f"203.0.113.{k + 1}"})
-            await ws.send(protocol.SessionStart(config={}).encode())
-            first = protocol.decode_server(await asyncio.wait_for(ws.recv(), 30))
-            outcomes.append(first.code if isinstance(first, protocol.Error) else "started")
-            held.append(ws)
-        except InvalidStatus as e:
-            outcomes.append(e.response.status_code)
-        except ConnectionClosed as e:
-            outcomes.append(f"{e.rcvd.code if e.rcvd else 'closed'}")
-    for ws in held:
-        await ws.close()
-    started = outcomes.count("started")
-    ok = started <= scale["per_ip"] and len(outcomes) > started
-    return {"ok": ok, "server_faults": outcomes.count("1011"),
-            "detail": f"{len(outcomes)} /ws sessions from one address with distinct "
-                      f"X-Forwarded-For: {started} started (per-IP cap {scale['per_ip']}), "
-                      f"others {[o for o in outcomes if o != 'started']}"}
 
 
 NAMES = {
@@ -570,16 +285,6 @@ NAMES = {
 }
 
 
-async def _phase(name: str, work, phases: list) -> None:
-    t0 = time.monotonic()
-    try:
-        result = await work
-    except Exception as e:  # an attack that breaks is a failed check, not a hidden one
-        result = {"ok": False, "detail": f"{type(e).__name__}: {e}"[:300]}
-    result["elapsed_s"] = round(time.monotonic() - t0, 1)
-    phases.append((name, t0, time.monotonic(), result))
-
-
 async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     baseline = await metrics(ctx)
     if scale.get("atk_warmup"):
@@ -597,13 +302,13 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
         await _phase("flood", _api_flood(ctx, scale), phases)
         await _phase("N1", _n1(ctx, scale), phases)
         await _phase("N2", _n2(ctx), phases)
-        await _phase("N3", _n3(ctx, scale), phases)
-        await _phase("N5", _n5(ctx, scale), phases)
-        await _phase("N6", _n6(ctx, scale), phases)
+        await _phase("N3", siege_sockets.n3(ctx, scale), phases)
+        await _phase("N5", siege_sockets.n5(ctx, scale), phases)
+        await _phase("N6", siege_sockets.n6(ctx, scale), phases)
         await _phase("N9", _n9(ctx), phases)
-        await _phase("N10", _n10(ctx, scale), phases)
-        await _phase("N11", _n11(ctx), phases)
-        await _phase("N12", _n12(ctx, scale), phases)
+        await _phase("N10", siege_sockets.n10(ctx, scale), phases)
+        await _phase("N11", siege_sockets.n11(ctx), phases)
+        await _phase("N12", siege_sockets.n12(ctx, scale), phases)
     finally:
         t_end = time.monotonic()
         await legit.stop()
@@ -656,6 +361,5 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
             "lag_max_ms_quiet": max(quiet_lag) if quiet_lag else None,
             "phases": results, "siege_elapsed_s": round(t_end - t_start, 1),
             "checks": checks}
-
 
 

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from diffvoice.engine import EngineOverloaded, PriorityRefused, SamplingParams
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
+from diffvoice.voice.openai_api.client_limits import charge, enter, prompt_cost
 from diffvoice.voice.openai_api.metrics import ApiMetrics
 from diffvoice.voice.openai_api.request import (
     OpenAIError,
@@ -188,3 +189,29 @@ def parse_json(raw: bytes) -> Any:
     except JSONInputError as exc:
         raise OpenAIError(400, f"The request body is not valid JSON: {exc}",
                           code="invalid_json") from exc
+
+
+async def counted(request: Request, state: Any, limits: Any, pool: Any, engine: Any,
+                  parse: Callable[[Any], Any], prompt_of: Callable[[Any], Any],
+                  serve: Callable[[Any, Any], Awaitable[Response]]) -> Response:
+    """Serve a /v1 request counted before it runs (voice.openai_api.client_limits): its
+    client's concurrency is taken before the body is read; the JSON, `parse(body) -> request`
+    and the prompt's cost run on `pool` (they grow with the body: never on the loop); its
+    tokens are charged; then `serve(request, lease)`. A streamed response releases the lease
+    when it ends, any other outcome here."""
+    lease = enter(limits, request, state)
+    handed = False  # to the stream, which releases the lease when it ends
+    try:
+        def parsed(raw: bytes) -> tuple[Any, int]:
+            req = parse(parse_json(raw))
+            return req, prompt_cost(engine, prompt_of(req))
+
+        req, cost = await asyncio.get_running_loop().run_in_executor(
+            pool, parsed, await request.body())
+        charge(lease, engine, req.params, cost)
+        response = await serve(req, lease)
+        handed = req.stream
+        return response
+    finally:
+        if not handed:
+            lease.release()

@@ -16,7 +16,6 @@ Request parsing lives in completion_request.py; knows nothing about the voice pi
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -32,9 +31,6 @@ from diffvoice.voice.openai_api.client_limits import (
     API_PRIORITY,
     ClientLimits,
     Lease,
-    charge,
-    enter,
-    prompt_cost,
 )
 from diffvoice.voice.openai_api.common import (
     _check_auth,
@@ -45,7 +41,7 @@ from diffvoice.voice.openai_api.common import (
     _sse,
     _unless_disconnected,
     _usage,
-    parse_json,
+    counted,
 )
 from diffvoice.voice.openai_api.completion_request import (
     CompletionRequest,
@@ -65,26 +61,11 @@ def add_completions_route(router: APIRouter, state: Any, *,
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         _check_auth(request, tuple(getattr(state.config, "api_keys", None) or ()))
-        lease = enter(limits, request, state)  # its client's concurrency, before reading it
-        handed = False  # to the stream, which releases the lease when it ends
-        try:
-            ids, defaults = model_ids(), _default_params(state)
-
-            def parsed(raw: bytes) -> tuple[CompletionRequest, int]:
-                # JSON, validation and the prompt's cost grow with the body: the API's threads
-                return (req := parse_completion_request(parse_json(raw), model_ids=ids,
-                                                        defaults=defaults),
-                        prompt_cost(engine, req.prompt))
-
-            req, cost = await asyncio.get_running_loop().run_in_executor(
-                pool, parsed, await request.body())
-            charge(lease, engine, req.params, cost)
-            response = await _complete(request, req, lease)
-            handed = req.stream
-            return response
-        finally:
-            if not handed:
-                lease.release()
+        ids, defaults = model_ids(), _default_params(state)
+        return await counted(
+            request, state, limits, pool, engine,
+            lambda body: parse_completion_request(body, model_ids=ids, defaults=defaults),
+            lambda req: req.prompt, lambda req, lease: _complete(request, req, lease))
 
     async def _complete(request: Request, req: CompletionRequest, lease: Lease) -> Response:
         request_id = f"cmpl-{uuid.uuid4().hex}"

@@ -55,9 +55,6 @@ from diffvoice.voice.openai_api.client_limits import (
     API_PRIORITY,
     ClientLimits,
     Lease,
-    charge,
-    enter,
-    prompt_cost,
 )
 from diffvoice.voice.openai_api.common import (
     _check_auth,
@@ -71,7 +68,7 @@ from diffvoice.voice.openai_api.common import (
     _tool_call_deltas,
     _unless_disconnected,
     _usage,
-    parse_json,
+    counted,
 )
 from diffvoice.voice.openai_api.completions import add_completions_route
 from diffvoice.voice.openai_api.metrics import api_metrics_for
@@ -177,26 +174,11 @@ def make_router(state: Any) -> APIRouter:
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         authorize(request)
-        lease = enter(limits, request, state)  # its client's concurrency, before reading it
-        handed = False  # to the stream, which releases the lease when it ends
-        try:
-            ids, defaults = model_ids(), _default_params(state)
-
-            def parsed(raw: bytes) -> tuple[ChatRequest, int]:
-                # JSON, validation and the prompt's cost grow with the body: the API's threads
-                return (chat := parse_chat_request(parse_json(raw), model_ids=ids,
-                                                   defaults=defaults),
-                        prompt_cost(engine, chat.messages))
-
-            chat, cost = await asyncio.get_running_loop().run_in_executor(
-                api_pool, parsed, await request.body())
-            charge(lease, engine, chat.params, cost)
-            response = await _chat(request, chat, lease)
-            handed = chat.stream
-            return response
-        finally:
-            if not handed:
-                lease.release()
+        ids, defaults = model_ids(), _default_params(state)
+        return await counted(
+            request, state, limits, api_pool, engine,
+            lambda body: parse_chat_request(body, model_ids=ids, defaults=defaults),
+            lambda chat: chat.messages, lambda chat, lease: _chat(request, chat, lease))
 
     async def _chat(request: Request, chat: ChatRequest, lease: Lease) -> Response:
         chat, served_tools = _served_tools(state, chat)
