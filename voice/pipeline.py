@@ -23,7 +23,16 @@ Contract (stable; the telephony helper builds on it):
         audio_out_sample_rate: int | None = None,  # None -> the TTS's native rate
         caller: str | None = None,            # who the receptionist's bookings belong to
                                               # (agent.owner); None -> this session
-    ) -> tuple[pipecat.pipeline.pipeline.Pipeline, pipecat.pipeline.worker.PipelineWorker]
+        observe: Callable[[str, Frame, FrameDirection], Awaitable[None]] | None = None,
+                                              # sees every frame at the stt/llm/tts/out taps,
+                                              # after the turn tracker (a transport's events)
+        before_llm: Sequence[FrameProcessor] = (),
+                                              # processors between the user aggregator and
+                                              # the LLM (e.g. a transport's response gate)
+    ) -> CallParts                            # pipeline, worker, tracker, llm, turn end,
+                                              # context, VAD (voice.call: what a call exposes)
+
+Only voice.call.start_call calls it: a transport never assembles a call itself.
 
 Turn end (voice.turn_end): the VAD reports pauses after `stop_secs`; the turn ends at once when
 the transcript is complete (its words, the agent's last question, and with `smart_turn` the
@@ -31,8 +40,7 @@ sound of the turn: voice.smart_turn) and (with eager drafts) its draft is ready,
 `turn_window_secs` after the caller's end of speech. With eager drafts an EagerDrafter between
 ASR and the user aggregator drafts answers from interim transcripts (voice.drafting).
 
-The caller runs the worker (`await WorkerRunner(handle_sigint=False).run(worker)` or
-`await worker.cancel()` to stop) and owns the transport/socket. Interruption (caller speaks
+voice.call runs the worker (start_call / Call.close); the transport owns the socket. Interruption (caller speaks
 over the bot) is handled inside: engine request aborted, TTS stopped, queued audio dropped, and
 `PlaybackFlush` sent through on_event (telephony serializers turn pipecat's InterruptionFrame
 into their own "clear" message).
@@ -43,7 +51,9 @@ protocol's encoding.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADParams
@@ -56,6 +66,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMUserAggregatorParams,
 )
 from pipecat.processors.filters.function_filter import FunctionFilter
+from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import (
@@ -77,6 +88,25 @@ from diffvoice.voice.turn_tracker import TurnTracker
 
 OnLatency = Callable[[dict], None]
 OnEvent = Callable[[protocol.Event], Awaitable[None]]
+Observe = Callable[[str, Frame, Any], Awaitable[None]]  # (tap, frame, direction)
+
+
+@dataclass
+class CallParts:
+    """What `build_pipeline` made for one call. Only `pipeline` and `worker` are required: a
+    test's stand-in builder may return just those (as a tuple)."""
+
+    pipeline: Pipeline
+    worker: PipelineWorker
+    tracker: TurnTracker | None = None
+    llm: DiffusionLLMService | None = None
+    turn_end: MeaningTurnStopStrategy | None = None
+    context: LLMContext | None = None
+    vad: Any = None  # SpeechTrackingVAD
+
+    @classmethod
+    def of(cls, built) -> CallParts:
+        return built if isinstance(built, CallParts) else cls(*built)
 
 
 def _turn_strategies(meaning: MeaningTurnStopStrategy | None = None) -> UserTurnStrategies:
@@ -146,7 +176,9 @@ def build_pipeline(
     eager_drafts: bool | None = None,
     turn_window_secs: float | None = None,
     caller: str | None = None,
-) -> tuple[Pipeline, PipelineWorker]:
+    observe: Observe | None = None,
+    before_llm: Sequence[FrameProcessor] = (),
+) -> CallParts:
     config = state.config
     stop_secs = config.stop_secs if stop_secs is None else float(stop_secs)
     eager_drafts = config.eager_drafts if eager_drafts is None else bool(eager_drafts)
@@ -211,21 +243,27 @@ def build_pipeline(
     drafter = [EagerDrafter(llm.drafts, stable_secs=config.draft_stable_secs)] if eager_drafts \
         else []
     tts = state.tts.make_service()
+    on_frame = tracker.on_frame
+    if observe is not None:
+        async def on_frame(where: str, frame: Frame, direction=None) -> None:
+            await tracker.on_frame(where, frame, direction)
+            await observe(where, frame, direction)
 
     pipeline = Pipeline(
         [
             transport.input(),
             stt,
-            FrameTap("stt", tracker.on_frame),
+            FrameTap("stt", on_frame),
             *drafter,
             aggregators.user(),
             caller_audio_stop(),
+            *before_llm,
             llm,
-            FrameTap("llm", tracker.on_frame),
+            FrameTap("llm", on_frame),
             tts,
-            FrameTap("tts", tracker.on_frame),
+            FrameTap("tts", on_frame),
             transport.output(),
-            FrameTap("out", tracker.on_frame),
+            FrameTap("out", on_frame),
             aggregators.assistant(),
         ]
     )
@@ -245,10 +283,8 @@ def build_pipeline(
         enable_turn_tracking=False,
         name=f"voice-{session_id}",
     )
-    worker.diffvoice_tracker = tracker  # for callers/tests: records, session close
-    worker.diffvoice_llm = llm
-    worker.diffvoice_turn_end = meaning
-    return pipeline, worker
+    return CallParts(pipeline, worker, tracker=tracker, llm=llm, turn_end=meaning,
+                     context=context, vad=vad)
 
 
 def turn_line(record: dict) -> str:

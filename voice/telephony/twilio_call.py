@@ -1,9 +1,9 @@
 """One admitted Twilio call: its pipeline over the Media Stream transport, from the stream's
 `start` to its end, and the records it writes.
 
-`run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)` builds the call's
-pipeline (voice.pipeline.build_pipeline by default) over TwilioMediaStreamTransport with a
-PlayoutTracker, runs it until Twilio sends `stop`, the socket drops, a limit expires
+`run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)` starts the call
+(voice.call.start_call; `build_pipeline` None: the real pipeline, else a test's stand-in builder)
+over TwilioMediaStreamTransport with a PlayoutTracker, runs it until Twilio sends `stop`, the socket drops, a limit expires
 (`CallLimits`: idle — less than a second of caller audio in idle_timeout_s, empty media do not
 count —, maximum duration; malformed messages: 1007; more messages a second than
 `message_rate` allows: 1008 "message_rate"), the call's audio output stalls (1013
@@ -76,7 +76,7 @@ class Call:
     stream_sid: str
     session_id: str
     started_t: float
-    worker: object = None
+    running: object = None  # its voice.call.Call
     stopped_by_twilio: bool = False
 
 
@@ -107,10 +107,7 @@ async def run_call(
     state, cfg, calls: ActiveCalls, ws: WebSocket, start: StreamStart, build_pipeline, status_log,
     limits: CallLimits | None = None, message_rate=None,
 ) -> None:
-    from pipecat.pipeline.runner import WorkerRunner
-
-    if build_pipeline is None:
-        from diffvoice.voice.pipeline import build_pipeline
+    from diffvoice.voice.call import start_call
 
     call = Call(start.call_sid, start.stream_sid, f"twilio-{uuid.uuid4().hex[:12]}", time.time())
     extra = {"transport": "twilio", "call_sid": call.call_sid, "stream_sid": call.stream_sid}
@@ -125,21 +122,9 @@ async def run_call(
             logger.warning("twilio %s: playout log write failed: %r", call.call_sid, e)
 
     tracker = PlayoutTracker(emit, wait_for_echo_s=cfg.wait_for_echo_s, extra_fields=extra)
-    cancel_tasks: list[asyncio.Task] = []
-
-    pipeline_started = asyncio.Event()
-
-    async def cancel_when_started(reason: str) -> None:
-        # cancelling mid-start would orphan tasks processors create in start() (the STT's
-        # segment task: "Task was destroyed but it is pending")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(pipeline_started.wait(), 30)
-        await call.worker.cancel(reason=reason)
-
     def end_call(reason: str) -> None:
-        if call.worker is not None and not cancel_tasks:
-            logger.info("twilio %s: ending pipeline (%s)", call.call_sid, reason)
-            cancel_tasks.append(asyncio.create_task(cancel_when_started(reason)))
+        if call.running is not None:  # it waits for the pipeline's start to cancel
+            call.running.cancel(reason)
 
     def on_stop() -> None:
         call.stopped_by_twilio = True
@@ -170,9 +155,10 @@ async def run_call(
     serializer.on_message_flood = lambda: watchdog.fire("message_rate")
     transport = TwilioMediaStreamTransport(ws, serializer=serializer, tracker=tracker)
     transport.output().on_output_stalled = lambda: watchdog.fire("output_stalled")
-    _, worker = build_pipeline(
+    running = start_call(
         state,
         transport,
+        build=build_pipeline,
         session_id=call.session_id,
         # The pipeline's output runs at Twilio's 8 kHz, so the output transport resamples the
         # TTS audio *before* cutting it into 20 ms chunks: every media message carries 20 ms
@@ -183,11 +169,7 @@ async def run_call(
         # bookings belong to the caller's number (bound to the stream token with the CallSid)
         caller=phone_owner(start.custom_parameters.get("From"), start.call_sid),
     )
-    call.worker = worker
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(_worker, _frame):
-        pipeline_started.set()
+    call.running = running
 
     @transport.event_handler("on_client_connected")
     async def _on_connected(_transport, _ws):
@@ -209,20 +191,12 @@ async def run_call(
     logger.info("twilio %s: call started (%s)", call.call_sid, call.session_id)
     status_log({"type": "twilio.stream", "t": time.time(), "event": "start", **extra})
     try:
-        runner = WorkerRunner(handle_sigint=False)
-        await runner.add_workers(worker)
-        await runner.run()
+        await asyncio.shield(running.done)
     finally:
         await watchdog.stop()
-        for task in cancel_tasks:
-            await asyncio.gather(task, return_exceptions=True)
-        turn_tracker = getattr(worker, "diffvoice_tracker", None)
-        if turn_tracker is not None:
-            # Flushes a turn that never produced audio, so its record is still written.
-            try:
-                await turn_tracker.close()
-            except Exception as e:
-                logger.warning("twilio %s: closing the turn tracker failed: %r", call.call_sid, e)
+        # cancels a pipeline still running (this task was cancelled: server shutdown), awaits
+        # it, and flushes a turn that never produced audio, so its record is still written
+        await running.close("call ended")
         tracker.close(time.time())
         calls.calls.pop(call.call_sid, None)
         if sessions is not None:

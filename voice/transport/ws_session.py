@@ -9,7 +9,7 @@ Contract (`serve_browser_session(websocket, state)`, called by the `/ws` route):
    "overloaded" (1013) past `config.max_sessions`;
 2. wait up to `config.handshake_timeout_s` for the first message: `session.start` (its
    overrides apply) or audio / ping (defaults; the message is kept); none -> "handshake_timeout";
-3. build the pipeline (voice.pipeline.build_pipeline) with a BrowserTransport, run it, send
+3. start the call (voice.call.start_call) over a BrowserTransport, send
    `session.started`;
 4. decode every client message with voice.transport.protocol: audio goes into the pipeline,
    `ping` gets `pong`; any ProtocolError sends an `error` event and closes *this* socket with the
@@ -43,20 +43,18 @@ import uuid
 
 from fastapi import WebSocket
 from loguru import logger
-from pipecat.workers.runner import WorkerRunner
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.access import allowed_origins, origin_allowed, ws_credential_ok
 from diffvoice.voice.call_limits import CallWatchdog, browser_session_limit
 from diffvoice.voice.ingest_limit import CLOSE, DROP, IngestLimit, pcm_seconds
-from diffvoice.voice.pipeline import build_pipeline
+from diffvoice.voice.call import start_call
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.browser import BrowserTransport
 from diffvoice.voice.transport.message_rate import MessageRate, limit_socket
 
 PIPELINE_READY_SECS = 30.0
-SHUTDOWN_SECS = 5.0
 SEND_TIMEOUT_SECS = 10.0  # one socket write; longer means the client stopped reading
 LIMIT_FIELDS = {"idle_timeout": "idle_timeout_s", "max_duration": "max_call_s",
                 "handshake_timeout": "handshake_timeout_s"}  # close reason -> ServeConfig field
@@ -220,7 +218,7 @@ class BrowserSession:
             return
         state.active_sessions.add(self.session_id)
         state.metrics.session_opened()
-        worker = runner_task = tracker = None
+        call = None
         connected_t = time.monotonic()
         try:
             # 1. optional session.start
@@ -242,7 +240,7 @@ class BrowserSession:
             else:
                 pending.append(message)
 
-            # 2. pipeline (this socket is not read meanwhile: what a real-time caller sends
+            # 2. the call (this socket is not read meanwhile: what a real-time caller sends
             # waits; the ingest limit, made now, takes it when reading starts)
             self.ingest = IngestLimit.from_config(state.config)
             transport = BrowserTransport(
@@ -250,7 +248,7 @@ class BrowserSession:
                 input_sample_rate=protocol.INPUT_SAMPLE_RATE,
                 output_sample_rate=state.tts.sample_rate,
             )
-            _, worker = build_pipeline(
+            call = start_call(
                 state,
                 transport,
                 session_id=self.session_id,
@@ -261,8 +259,6 @@ class BrowserSession:
                 eager_drafts=overrides.get("eager_drafts"),
                 turn_window_secs=overrides.get("turn_window_secs"),
             )
-            tracker = worker.diffvoice_tracker
-            pipeline_started = asyncio.Event()
 
             def _output_stalled() -> None:
                 # pipecat's output transport gave up on a write (over its timeout, e.g. after
@@ -272,23 +268,7 @@ class BrowserSession:
                     self._watchdog.fire(OUTPUT_STALLED)
 
             transport.output().on_output_stalled = _output_stalled
-
-            @worker.event_handler("on_pipeline_started")
-            async def _started(_worker, _frame):
-                pipeline_started.set()
-
-            runner = WorkerRunner(handle_sigint=False, check_dangling_tasks=False)
-            await runner.add_workers(worker)
-            runner_task = asyncio.create_task(runner.run(), name=f"session-{self.session_id}")
-            # every processor has started (StartFrame reached the sink): a cancel from now on
-            # reaches tasks they create in start(), e.g. the STT's segment task, so none is
-            # orphaned ("Task was destroyed but it is pending") however short the session
-            ready = asyncio.create_task(pipeline_started.wait())
-            done, _ = await asyncio.wait(
-                {ready, runner_task}, timeout=PIPELINE_READY_SECS, return_when="FIRST_COMPLETED"
-            )
-            if ready not in done:
-                ready.cancel()
+            if not await call.started(PIPELINE_READY_SECS):
                 raise protocol.ProtocolError("internal", "voice pipeline failed to start")
             await self.send_event(
                 protocol.SessionStarted(
@@ -307,7 +287,7 @@ class BrowserSession:
             # 3. receive loop, under the idle / duration limits
             for message in pending:
                 await self._handle(message, transport)
-            await self._receive_all(transport, runner_task, connected_t)
+            await self._receive_all(transport, call.done, connected_t)
         except protocol.ProtocolError as e:
             await self.fail(e)
         except Exception as e:
@@ -315,29 +295,8 @@ class BrowserSession:
             await self.fail(protocol.ProtocolError("internal", f"{type(e).__name__}: {e}"))
         finally:
             self._open = False
-            if worker is not None:
-                if runner_task is not None and not pipeline_started.is_set():
-                    # cancelling mid-start would orphan tasks processors create in start()
-                    started = asyncio.ensure_future(pipeline_started.wait())
-                    await asyncio.wait({started, runner_task}, timeout=PIPELINE_READY_SECS,
-                                       return_when="FIRST_COMPLETED")
-                    started.cancel()
-                try:  # bounded: a processor stuck in a write must not keep the socket unread
-                    await asyncio.wait_for(worker.cancel(reason="session closed"), SHUTDOWN_SECS)
-                except TimeoutError:
-                    logger.warning(f"session {self.session_id}: pipeline cancel took over "
-                                   f"{SHUTDOWN_SECS:.0f} s")
-                except Exception:
-                    pass
-            if runner_task is not None:
-                try:
-                    await asyncio.wait_for(runner_task, SHUTDOWN_SECS)
-                except (TimeoutError, asyncio.CancelledError, Exception) as e:
-                    logger.warning(f"session {self.session_id}: pipeline shutdown: {e!r}")
-                    runner_task.cancel()
-            if tracker is not None:
-                with contextlib.suppress(Exception):
-                    await tracker.close()
+            if call is not None:
+                await call.close("session closed")
             state.active_sessions.discard(self.session_id)
             state.client_slots.release(self.client_ip)
             state.metrics.session_closed()

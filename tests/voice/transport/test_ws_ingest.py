@@ -101,9 +101,10 @@ async def test_audio_sent_while_the_call_is_set_up_is_all_taken(server, monkeypa
     pipeline (here: a sleep that blocks its event loop, as a loaded server does), so 4 s of
     audio waits unread. All of it is taken; without the credit for the held time (ablation) the
     bucket refused what was beyond its 2 s, the caller's first words."""
+    from diffvoice.voice import call
     from diffvoice.voice.transport import ws_session
 
-    limits, build = [], ws_session.build_pipeline
+    limits, build = [], call.build_pipeline
 
     class Recorded(ws_session.IngestLimit):
         def __post_init__(self) -> None:
@@ -117,7 +118,7 @@ async def test_audio_sent_while_the_call_is_set_up_is_all_taken(server, monkeypa
         return build(*args, **kwargs)
 
     monkeypatch.setattr(ws_session, "IngestLimit", Recorded)
-    monkeypatch.setattr(ws_session, "build_pipeline", slow_build)
+    monkeypatch.setattr(call, "build_pipeline", slow_build)
     frame_20ms = b"\x01\x00" * 320
     async with websockets.connect(server.ws_url, max_size=None, ping_interval=None) as ws:
         await ws.send(protocol.SessionStart(config={}).encode())
