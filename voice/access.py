@@ -164,6 +164,9 @@ class SessionTokens:
         return (time.time() if now is None else now) < int(expiry)
 
 
+SUBPROTOCOL_KEY = "openai-insecure-api-key."
+
+
 def ws_credential_ok(headers: Mapping[str, str], query: Mapping[str, str],
                      api_keys: tuple[str, ...], tokens: SessionTokens) -> bool:
     if not api_keys:
@@ -174,4 +177,9 @@ def ws_credential_ok(headers: Mapping[str, str], query: Mapping[str, str],
     key = query.get("api_key")
     if key and key_matches(key, api_keys):
         return True
+    for proto in (headers.get("sec-websocket-protocol") or "").split(","):
+        proto = proto.strip()  # the openai SDK's browser form (Realtime clients)
+        if proto.startswith(SUBPROTOCOL_KEY) and key_matches(proto[len(SUBPROTOCOL_KEY):],
+                                                             api_keys):
+            return True
     return tokens.valid(query.get("token"))

@@ -94,13 +94,13 @@ class Call:
     def is_started(self) -> bool:
         return self._started.is_set()
 
-    async def started(self, timeout: float = READY_SECS) -> bool:
+    async def started(self, within: float = READY_SECS) -> bool:
         """Wait until every processor has started (StartFrame reached the sink): a cancel from
         then on reaches the tasks processors create in start(), e.g. the STT's segment task.
-        False when the pipeline ended or did not start in `timeout`."""
+        False when the pipeline ended or did not start `within` seconds."""
         ready = asyncio.ensure_future(self._started.wait())
         try:
-            done, _ = await asyncio.wait({ready, self.done}, timeout=timeout,
+            done, _ = await asyncio.wait({ready, self.done}, timeout=within,
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
             ready.cancel()

@@ -135,6 +135,10 @@ class DiffusionLLMService(LLMService):
         super().__init__(settings=settings, **kwargs)
         self._engine = engine
         self._system_prompt = system_prompt
+        # tools a client declared and executes itself (voice.realtime: chat-format dicts, with
+        # the schema whole), offered beside the context's; their calls go to a catch-all handler
+        self.client_tools: tuple[dict, ...] = ()
+        self.client_tool_choice: Any = None  # overrides the context's tool_choice when set
         fields = {"max_new_tokens": max_new_tokens, "steps_per_block": steps_per_block}
         fields.update(sampling_overrides or {})  # overrides win (tests, benchmarks)
         self._params = SamplingParams(**fields)
@@ -156,6 +160,23 @@ class DiffusionLLMService(LLMService):
                 get_context_messages=draft_context.get_messages,
                 system_prompt=system_prompt, request_prefix=request_prefix,
                 rewrite=agent.rewrite if agent is not None and agent.before else None)
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self._system_prompt
+
+    @system_prompt.setter
+    def system_prompt(self, text: str | None) -> None:
+        """The instructions the next answers get (a Realtime session's `instructions`)."""
+        self._system_prompt = text
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self._params.max_new_tokens
+
+    @max_new_tokens.setter
+    def max_new_tokens(self, n: int) -> None:
+        self._params = dataclasses.replace(self._params, max_new_tokens=int(n))
 
     def turn_info(self) -> AnswerInfo:
         """The answer now starting (called by the turn tracker at LLMFullResponseStartFrame)."""
@@ -213,10 +234,13 @@ class DiffusionLLMService(LLMService):
         """The service's SamplingParams plus the context's tools and tool_choice (if any), for
         the context's messages (or `messages`: a draft's, with the user turn not yet in it)."""
         tools = context.tools
-        if not is_given(tools) or not tools or not tools.standard_tools:
+        own = (list(self.get_llm_adapter().to_provider_tools_format(tools))
+               if is_given(tools) and tools and tools.standard_tools else [])
+        if not own and not self.client_tools:
             return self._params
-        fields = {"tools": tuple(self.get_llm_adapter().to_provider_tools_format(tools))}
-        choice = context.tool_choice
+        fields = {"tools": tuple(own) + tuple(self.client_tools)}
+        choice = (self.client_tool_choice if self.client_tool_choice is not None
+                  else context.tool_choice)
         if is_given(choice) and choice is not None:
             fields["tool_choice"] = choice
         # a voice turn makes at most `tool_calls_per_turn` calls, then says the outcome

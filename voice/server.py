@@ -12,6 +12,8 @@ Routes:
   POST /session-token  {"token", "expires_at", "expires_in"}: a short-lived /ws credential
                   (bearer key required when --api-keys is set; voice.access.SessionTokens)
   WS   /ws        one browser call per connection (transport.ws_session; docs/protocol.md)
+  WS   /v1/realtime?model=  one OpenAI-Realtime session per connection (realtime.session;
+                  docs/realtime.md)
   GET  /...       the static page in `config.web_dir` (index.html at /)
 
 With `config.api_only` only /healthz and /metrics are served (callers mount the OpenAI router).
@@ -216,6 +218,12 @@ def create_app(state: AppState) -> FastAPI:
         @app.websocket("/ws")
         async def ws(websocket: WebSocket) -> None:
             await serve_browser_session(websocket, state)
+
+        from diffvoice.voice.realtime.session import serve_realtime_session
+
+        @app.websocket("/v1/realtime")
+        async def realtime(websocket: WebSocket) -> None:
+            await serve_realtime_session(websocket, state)
 
     return app
 

@@ -47,9 +47,9 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from diffvoice.voice import malloc_tune
 from diffvoice.voice.access import allowed_origins, origin_allowed, ws_credential_ok
+from diffvoice.voice.call import start_call
 from diffvoice.voice.call_limits import CallWatchdog, browser_session_limit
 from diffvoice.voice.ingest_limit import CLOSE, DROP, IngestLimit, pcm_seconds
-from diffvoice.voice.call import start_call
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.browser import BrowserTransport
 from diffvoice.voice.transport.message_rate import MessageRate, limit_socket
@@ -190,10 +190,7 @@ class BrowserSession:
                 raw = await self._receive()
                 if raw is None or runner_task.done() or not self._open:
                     return
-                message = protocol.decode_client(raw)
-                if isinstance(message, protocol.AudioIn):
-                    watchdog.heard(pcm_seconds(len(message.pcm), protocol.INPUT_SAMPLE_RATE))
-                await self._handle(message, transport)
+                await self._dispatch(raw, transport)
         except asyncio.CancelledError:
             if watchdog.expired is None or receiving.cancelling() > 1:
                 raise  # the server is shutting down, not a limit
@@ -203,6 +200,13 @@ class BrowserSession:
         finally:
             self._watchdog = None
             await watchdog.stop()
+
+    async def _dispatch(self, raw: str | bytes, transport: BrowserTransport) -> None:
+        """One client message (the Realtime session decodes its own events here)."""
+        message = protocol.decode_client(raw)
+        if isinstance(message, protocol.AudioIn):
+            self._watchdog.heard(pcm_seconds(len(message.pcm), protocol.INPUT_SAMPLE_RATE))
+        await self._handle(message, transport)
 
     @staticmethod
     async def _cancel(task: asyncio.Task) -> None:
