@@ -64,6 +64,7 @@ ERROR_CLOSE_CODES: dict[str, int] = {
     "message_rate": CLOSE_POLICY_VIOLATION,  # messages beyond ws_message_rate + burst
     "output_stalled": CLOSE_TRY_AGAIN_LATER,  # the call's audio output could not be written
     "internal": CLOSE_INTERNAL_ERROR,  # server bug; the session cannot continue
+    "model_not_found": CLOSE_POLICY_VIOLATION,  # /v1/realtime?model= names no served model
 }
 
 

@@ -24,8 +24,6 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 from voice_fixtures import scaled
 
-
-
 SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 SEEN: set[str] = set()
 
