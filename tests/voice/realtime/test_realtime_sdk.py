@@ -199,3 +199,79 @@ async def test_spoken_turn_with_server_vad(sdk, live_server, speech):
         assert records is None or records
     finally:
         await manager.__aexit__(None, None, None)
+
+
+async def stream(c, pcm: np.ndarray, chunk: int, encode=lambda a: a.tobytes()) -> None:
+    """Append `pcm` in 20 ms chunks in real time."""
+    t0 = time.monotonic()
+    for i, start in enumerate(range(0, len(pcm), chunk)):
+        await asyncio.sleep(max(0.0, t0 + i * 0.02 - time.monotonic()))
+        await c.conn.input_audio_buffer.append(
+            audio=base64.b64encode(encode(pcm[start:start + chunk])).decode())
+
+
+async def test_barge_in_cancels_the_answer_and_truncate_cuts_it(sdk, live_server, speech):
+    """The caller speaks while the answer plays: the response ends `cancelled`
+    (turn_detected), no more of its audio comes, and truncating the item to what was played
+    is acknowledged."""
+    question = soxr.resample(np.frombuffer(speech("tell me everything about your spa",
+                                                  tail_silence=0.9), dtype=np.int16),
+                             16000, 24000).astype(np.int16)
+    again = soxr.resample(np.frombuffer(speech("wait, stop, stop please", lead_silence=0.0,
+                                               tail_silence=1.5), dtype=np.int16),
+                          16000, 24000).astype(np.int16)
+    manager, c = await connect(sdk, live_server)
+    try:
+        await c.conn.session.update(session={"type": "realtime", "max_output_tokens": 4096})
+        await c.until("session.updated")
+        await stream(c, question, 480)
+        first = await c.until("response.output_audio.delta", 120)
+        await stream(c, again, 480)
+        done = await c.until("response.done", 60)
+        assert done.response.id == first.response_id
+        assert done.response.status == "cancelled"
+        assert done.response.status_details.reason == "turn_detected"
+        assert any(e.type == "input_audio_buffer.speech_started"
+                   for e in c.events[c.events.index(first):c.events.index(done)])
+        after = c.events[c.events.index(done) + 1:]
+        # the next answer may begin; the cancelled one sends nothing more
+        while True:
+            try:
+                after.append(await c.recv(3))
+            except TimeoutError:
+                break
+        assert not [e for e in after if getattr(e, "response_id", None) == first.response_id]
+        played = sum(len(base64.b64decode(e.delta)) for e in c.of("response.output_audio.delta")
+                     if e.response_id == first.response_id) // 48  # ms at 24 kHz int16
+        await c.conn.conversation.item.truncate(item_id=first.item_id, content_index=0,
+                                                audio_end_ms=played // 2)
+        truncated = await c.until("conversation.item.truncated")
+        assert truncated.item_id == first.item_id and truncated.audio_end_ms == played // 2
+    finally:
+        await manager.__aexit__(None, None, None)
+
+
+async def test_g711_in_and_out(sdk, live_server, speech):
+    """A-law in, mu-law out (8 kHz each): the turn is heard and answered in the asked format."""
+    from diffvoice.voice.realtime.audio import alaw_encode
+    from diffvoice.voice.telephony import mulaw
+
+    pcm8k = soxr.resample(np.frombuffer(speech("what are your opening hours", tail_silence=1.5),
+                                        dtype=np.int16), 16000, 8000).astype(np.int16)
+    manager, c = await connect(sdk, live_server)
+    try:
+        await c.conn.session.update(session={"type": "realtime", "audio": {
+            "input": {"format": {"type": "audio/pcma"}},
+            "output": {"format": {"type": "audio/pcmu"}}}})
+        updated = await c.until("session.updated")
+        assert updated.session.audio.output.format.type == "audio/pcmu"
+        await stream(c, pcm8k, 160, alaw_encode)
+        await c.until("input_audio_buffer.speech_stopped", 60)
+        done = await c.until("response.done", 120)
+        assert done.response.status == "completed"
+        audio = b"".join(base64.b64decode(e.delta) for e in c.of("response.output_audio.delta"))
+        assert len(audio) > 8000 * 0.3  # one byte a sample at 8 kHz
+        decoded = mulaw.decode(audio).astype(np.float64)
+        assert np.sqrt(np.mean(decoded ** 2)) > 100  # speech, not silence or noise floor
+    finally:
+        await manager.__aexit__(None, None, None)
