@@ -114,6 +114,7 @@ class Response:
     text_at_ms: list[tuple[float, int]] = field(default_factory=list)  # (audio ms, len(spoken))
     llm_done: bool = False
     server_tool: bool = False  # a server tool ran: its re-prompt continues this response
+    cut_ms: int | None = None  # its message truncated while it was still being said
     usage: dict = field(default_factory=lambda: {"input": 0, "output": 0})
 
     @property
@@ -510,16 +511,27 @@ class RealtimeSession(BrowserSession):
                                    param="item_id")
         if event.get("content_index", 0) != 0:
             raise rc.RealtimeError("content_index must be 0", param="content_index")
-        sent = item.get("_audio_ms", 0.0)
+        live = self.response if self.response is not None and (
+            item is self.response.message) and self.response.cut_ms is None else None
+        # a barge-in's truncate (pipecat sends it on speech_started) can come before the call's
+        # interruption has finished the response: the item's audio is what was sent so far
+        sent = live.audio_ms if live is not None else item.get("_audio_ms", 0.0)
         if isinstance(end_ms, bool) or not isinstance(end_ms, int) or not 0 <= end_ms <= sent:
             raise rc.RealtimeError(f"audio_end_ms must be an integer from 0 to the item's "
                                    f"{sent:.0f} ms of audio", param="audio_end_ms")
         part = item["content"][0]
-        old_text = part.get("transcript") or ""
-        part["transcript"] = _text_heard(old_text, item.get("_spoken", ""),
-                                         item.get("_text_at_ms", []), end_ms, sent)
         item["_audio_ms"] = float(end_ms)
-        await self._rewrite_context(item, part["transcript"], old_text)
+        if live is not None:
+            # the context gets the answer from the call's own output when it ends (what was
+            # spoken up to the interruption), so only the item is cut here
+            part["transcript"] = _text_heard(live.text, live.spoken, live.text_at_ms, end_ms,
+                                             sent)
+            live.cut_ms = end_ms  # _finish keeps the cut
+        else:
+            old_text = part.get("transcript") or ""
+            part["transcript"] = _text_heard(old_text, item.get("_spoken", ""),
+                                             item.get("_text_at_ms", []), end_ms, sent)
+            await self._rewrite_context(item, part["transcript"], old_text)
         await self.emit("conversation.item.truncated", item_id=item["id"], content_index=0,
                         audio_end_ms=end_ms)
 
@@ -657,8 +669,9 @@ class RealtimeSession(BrowserSession):
             item["status"] = "completed" if status == "completed" else "incomplete"
             part = item["content"][0]
             if response.audio:
-                part["transcript"] = response.text
-                item["_audio_ms"] = response.audio_ms
+                if response.cut_ms is None:  # else the truncate's transcript and audio stand
+                    part["transcript"] = response.text
+                    item["_audio_ms"] = response.audio_ms
                 item["_text_at_ms"] = response.text_at_ms
                 item["_spoken"] = response.spoken
                 await self.emit("response.output_audio.done", **where)
