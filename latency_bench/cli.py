@@ -30,12 +30,13 @@ if TYPE_CHECKING:
     from diffvoice.latency_bench.corpus import Prompt
 
 _HELP = {
-    "url": "server to measure: ws://HOST:PORT/ws (browser), or for --protocol twilio the voice "
+    "url": "server to measure: ws://HOST:PORT/ws (browser), ws://HOST:PORT/v1/realtime "
+           "(realtime), or for --protocol twilio the voice "
            "webhook http(s)://HOST/telephony/twilio/voice or a Media Streams ws(s):// URL. "
            "Default: start `diffvoice serve` on a free loopback port for the run",
-    "protocol": "browser wire protocol or Twilio Media Streams (over Twilio the client measures "
-                "voice_to_voice_ms; the server's stages come from its latency log, "
-                "--server-log)",
+    "protocol": "browser wire protocol, OpenAI Realtime (/v1/realtime) or Twilio Media Streams "
+                "(over Realtime and Twilio the client measures voice_to_voice_ms; the server's "
+                "stages come from its latency log, --server-log)",
     "concurrency": "comma-separated numbers of concurrent sessions to sweep, e.g. 1,2,4,8",
     "turns": "turns (prompts) per session, at least",
     "min_turns": "turns per concurrency level, at least (sessions speak more turns at low "
@@ -251,7 +252,7 @@ def _run_voice(args: argparse.Namespace) -> int:
     except ServerStartError as exc:
         print(f"diffvoice bench voice: {exc}", file=sys.stderr)
         return 1
-    if config.protocol == "twilio" and config.server_log:
+    if config.protocol in ("twilio", "realtime") and config.server_log:
         from diffvoice.latency_bench.server_records import attach_server_records
 
         try:

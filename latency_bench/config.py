@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-PROTOCOLS = ("browser", "twilio")
+PROTOCOLS = ("browser", "twilio", "realtime")
 CORPORA = ("receptionist", "paused", "mixed", "turns")   # latency_bench.corpus.corpus_for
 MATRIX_AXES = ("drafting", "asr", "smart_turn", "stop_secs")
 STOP_SECS_RANGE = (0.05, 5.0)            # voice.transport.protocol's per-session range
@@ -111,8 +111,8 @@ class BenchConfig:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.url is not None:
             parts = urlsplit(self.url)
-            allowed = ("ws", "wss") if self.protocol == "browser" else ("ws", "wss", "http",
-                                                                        "https")
+            allowed = (("ws", "wss") if self.protocol in ("browser", "realtime")
+                       else ("ws", "wss", "http", "https"))
             if parts.scheme not in allowed or not parts.netloc:
                 raise ValueError(f"url must be {'/'.join(allowed)}://host[:port]/path for the "
                                  f"{self.protocol} protocol, got {self.url!r}")
@@ -148,7 +148,7 @@ class BenchConfig:
             raise ValueError(f"turn_window_secs must be in [0.05, 5.0], got "
                              f"{self.turn_window_secs}")
         if (self.eager_drafts is not None or self.turn_window_secs is not None
-                ) and self.protocol == "twilio":
+                ) and self.protocol != "browser":
             raise ValueError("eager_drafts and turn_window_secs are per-session overrides of "
                              "the browser protocol")
         if self.kokoro_voices and self.audio is not None:
@@ -158,7 +158,7 @@ class BenchConfig:
                              f"{self.kokoro_speeds!r}")
         if self.matrix is not None:
             axes = parse_matrix(self.matrix)   # raises ValueError naming the problem
-            if "drafting" in axes and self.protocol == "twilio":
+            if "drafting" in axes and self.protocol != "browser":
                 raise ValueError("matrix drafting is a per-session override of the browser "
                                  "protocol")
             if "stop_secs" in axes and self.stop_secs is not None:

@@ -40,6 +40,7 @@ from diffvoice.latency_bench.turn_taking import (
     voice_to_voice_by_kind,
 )
 from diffvoice.latency_bench.turns import TurnResult
+from diffvoice.latency_bench.realtime_client import run_realtime_session
 from diffvoice.latency_bench.twilio_client import run_twilio_session
 from diffvoice.latency_bench.wer import wer
 from diffvoice.voice.machine import git_revision, machine_info, package_versions
@@ -143,7 +144,8 @@ async def run_level(config: BenchConfig, url: str, prompts: Sequence[Prompt], le
         progress.total += extra
         progress.refresh()
     delays = [0.0] + [rng.uniform(0.0, config.stagger_s) for _ in range(level - 1)]
-    run_session = run_browser_session if config.protocol == "browser" else run_twilio_session
+    run_session = {"browser": run_browser_session, "twilio": run_twilio_session,
+                   "realtime": run_realtime_session}[config.protocol]
     failures = 0
 
     def on_turn(turn: TurnResult) -> None:
@@ -217,7 +219,8 @@ def make_report(config: BenchConfig, levels: Sequence[LevelResult], *, url: str,
     per_level = {lv.level: [t.stages(shared) for t in lv.turns] for lv in levels}
     report = build_report(kind="voice", config=report_config,
                           points=[lv.point(shared, config.holdout_voices) for lv in levels],
-                          stages=VOICE_STAGES,
+                          stages=VOICE_STAGES + (("speech_stopped_to_audio_ms",)
+                                                 if config.protocol == "realtime" else ()),
                           analysis=tail_findings(per_level), notes=notes)
     report["cutoff_2pct"] = cutoff_points([{"stop_secs": report_config["stop_secs"],
                                              "sweep": report["sweep"]}])

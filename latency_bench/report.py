@@ -48,7 +48,7 @@ VOICE_STAGES: tuple[str, ...] = (
     "llm_ttft_ms",         # final transcript -> first LLM text
     "tts_first_audio_ms",  # first LLM text -> first TTS audio produced
     "server_ms",           # VAD stop -> first audio frame sent by the server
-)
+)  # a Realtime run adds speech_stopped_to_audio_ms (STAGE_DESCRIPTIONS) after these
 
 STAGE_DESCRIPTIONS: dict[str, str] = {
     "voice_to_voice_ms": "end of user speech -> first audible bot audio played at the client",
@@ -58,6 +58,8 @@ STAGE_DESCRIPTIONS: dict[str, str] = {
     "llm_ttft_ms": "final transcript -> first LLM text",
     "tts_first_audio_ms": "first LLM text -> first TTS audio",
     "server_ms": "VAD stop -> first audio frame sent",
+    "speech_stopped_to_audio_ms": "(Realtime) input_audio_buffer.speech_stopped -> the first "
+                                  "response.output_audio.delta, as the client received them",
 }
 
 

@@ -63,6 +63,8 @@ class LocalServer:
         return f"ws://127.0.0.1:{self.port}{path}"
 
     def bench_url(self, protocol: str) -> str:
+        if protocol == "realtime":
+            return self.ws_url("/v1/realtime")
         return (self.ws_url("/ws") if protocol == "browser"
                 else self.base_url + "/telephony/twilio/voice")
 

@@ -1,4 +1,5 @@
-"""The server's own turn records for Twilio bench calls, read from the server's latency log.
+"""The server's own turn records for Twilio and Realtime bench calls, read from the server's
+latency log (a Realtime session's info names its server session: `server_session_id`).
 
 Media Streams carry audio only, so a Twilio caller never sees the server's "latency" record of a
 turn (its transcript, reply, endpointing, LLM and TTS timings, draft and answer-ready flags),
@@ -60,10 +61,12 @@ def attach_server_records(levels: Sequence, log: Path | list[dict], before_s: fl
             by_session[str(r.get("session_id"))].append(r)
     attached = 0
     for level in levels:
-        calls = {info["session"]: info["call_sid"] for info in level.sessions
-                 if "session" in info and "call_sid" in info}
-        for session, call_sid in calls.items():
-            pool = list(by_session.get(session_of.get(call_sid, ""), ()))
+        served = {info["session"]: session_of.get(info["call_sid"], "")
+                  for info in level.sessions if "session" in info and "call_sid" in info}
+        served.update({info["session"]: info["server_session_id"] for info in level.sessions
+                       if "session" in info and "server_session_id" in info})  # Realtime
+        for session, server_session in served.items():
+            pool = list(by_session.get(server_session, ()))
             turns = [t for t in level.turns if t.session == session and t.status == "ok"
                      and t.speech_end_t is not None]
             for turn in sorted(turns, key=lambda t: t.speech_end_t):
@@ -73,7 +76,7 @@ def attach_server_records(levels: Sequence, log: Path | list[dict], before_s: fl
                 if not near:
                     continue
                 record = pool.pop(min(near)[1])
-                turn.server = record
+                turn.server = {**record, **turn.server}  # the client's own fields kept
                 turn.transcript = record.get("user_text")
                 turn.bot_text = record.get("bot_text") or ""
                 attached += 1

@@ -12,6 +12,8 @@ Contract:
                          do not send it) - end of user speech          (shared_clock: loopback)
                        = the server's own endpointing_ms measurement   (otherwise)
     asr_ms, llm_ttft_ms, tts_first_audio_ms, server_ms  = the server's latency event
+    speech_stopped_to_audio_ms = (Realtime) input_audio_buffer.speech_stopped -> the first
+                         response.output_audio.delta, both as the client received them
   All times are epoch seconds (`time.time()`); a loopback client shares the server's clock.
 - `premature_eot`: the server ended the user turn (latency event, bot audio, or its turn_end_t)
   before the prompt's last speech — the caller was cut off; such a turn is also an "error".
@@ -37,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from diffvoice.latency_bench.corpus import Prompt
 
-SERVER_STAGE_FIELDS = ("asr_ms", "llm_ttft_ms", "tts_first_audio_ms", "server_ms")
+SERVER_STAGE_FIELDS = ("asr_ms", "llm_ttft_ms", "tts_first_audio_ms", "server_ms",
+                       "speech_stopped_to_audio_ms")  # the last: Realtime clients only
 SERVER_TIMESTAMPS = ("vad_stop_t", "transcript_final_t", "llm_first_text_t", "tts_first_audio_t",
                      "first_audio_sent_t")
 STATUSES = ("ok", "error", "timeout")

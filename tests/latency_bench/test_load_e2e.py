@@ -169,3 +169,30 @@ def test_cli_twilio_protocol_measures_voice_to_voice(server, tmp_path):
     assert 0 < point["stages"]["endpointing_ms"]["p50"] < point["stages"]["voice_to_voice_ms"][
         "p50"]
     assert report["config"]["model"] and report["config"]["protocol"] == "twilio"
+
+
+def test_cli_realtime_protocol_measures_voice_to_voice(server, tmp_path):
+    """`bench voice --protocol realtime`: the same corpus and report over /v1/realtime; the
+    turn's server record comes from the log (the same record as over /ws), and the Realtime
+    stage speech_stopped -> first output_audio.delta is reported."""
+    out = tmp_path / "realtime.json"
+    parser = cli.argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args([
+        "voice", "--protocol", "realtime", "--url", server.ws_url("/v1/realtime"),
+        "--concurrency", "1", "--turns", "2", "--min-turns", "2", "--voices", "en-us",
+        "--speeds", "175", "--corpus-cache", str(tmp_path / "corpus"),
+        "--turn-timeout-s", str(90 * SCALE), "--out", str(out), "--no-progress",
+        "--server-log", str(server.latency_log)])
+    assert cli.run(args) == 0
+    report = json.loads(out.read_text())
+    point = report["sweep"][0]
+    assert point["turns"] == 2 and point["errors"] == point["timeouts"] == 0, point
+    assert point["stages"]["voice_to_voice_ms"]["count"] == 2
+    assert point["stages"]["voice_to_voice_ms"]["p50"] > STOP_SECS * 1000
+    assert point["stages"]["speech_stopped_to_audio_ms"]["count"] == 2
+    turn = report["turns"][0]
+    assert turn["server"]["session_id"].startswith("sess_") and turn["transcript"], turn
+    assert turn["server"]["response_status"] == "completed"
+    assert point["stages"]["server_ms"]["count"] == 2
+    assert report["config"]["protocol"] == "realtime"
