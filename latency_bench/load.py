@@ -31,6 +31,7 @@ from diffvoice.latency_bench.analysis import tail_findings
 from diffvoice.latency_bench.browser_client import run_browser_session
 from diffvoice.latency_bench.config import BenchConfig
 from diffvoice.latency_bench.corpus import Prompt, session_units
+from diffvoice.latency_bench.realtime_client import run_realtime_session
 from diffvoice.latency_bench.report import VOICE_STAGES, SweepPoint, build_report
 from diffvoice.latency_bench.turn_taking import (
     by_split,
@@ -40,7 +41,6 @@ from diffvoice.latency_bench.turn_taking import (
     voice_to_voice_by_kind,
 )
 from diffvoice.latency_bench.turns import TurnResult
-from diffvoice.latency_bench.realtime_client import run_realtime_session
 from diffvoice.latency_bench.twilio_client import run_twilio_session
 from diffvoice.latency_bench.wer import wer
 from diffvoice.voice.machine import git_revision, machine_info, package_versions

@@ -41,9 +41,9 @@ sound of the turn: voice.smart_turn) and (with eager drafts) its draft is ready,
 ASR and the user aggregator drafts answers from interim transcripts (voice.drafting).
 
 voice.call runs the worker (start_call / Call.close); the transport owns the socket.
-Interruption (caller speaks over the bot) is handled inside: engine request aborted, TTS stopped, queued audio dropped, and
-`PlaybackFlush` sent through on_event (telephony serializers turn pipecat's InterruptionFrame
-into their own "clear" message).
+Interruption (caller speaks over the bot) is handled inside: engine request aborted, TTS
+stopped, queued audio dropped, and `PlaybackFlush` sent through on_event (telephony serializers
+turn pipecat's InterruptionFrame into their own "clear" message).
 
 This module only wires processors together; it knows nothing about sockets or the wire
 protocol's encoding.

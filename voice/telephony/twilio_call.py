@@ -2,17 +2,17 @@
 `start` to its end, and the records it writes.
 
 `run_call(state, cfg, calls, ws, start, build_pipeline, status_log, limits)` starts the call
-(voice.call.start_call; `build_pipeline` None: the real pipeline, else a test's stand-in builder)
-over TwilioMediaStreamTransport with a PlayoutTracker, runs it until Twilio sends `stop`, the socket drops, a limit expires
-(`CallLimits`: idle — less than a second of caller audio in idle_timeout_s, empty media do not
-count —, maximum duration; malformed messages: 1007; more messages a second than
-`message_rate` allows: 1008 "message_rate"), the call's audio output stalls (1013
-"output_stalled") or the pipeline ends, and cleans up:
-the call leaves `calls` (ActiveCalls), the server's session count and metrics, and its start and
-end go to the status log. Each turn's record, enriched with when the caller heard the answer,
-goes to the latency log (`log_writer`: the server's shared LatencyLog when it is the same file,
-else appended as JSON lines). voice.telephony.twilio admits the stream first (token, single
-use, phone slots, capacity); this module knows nothing about webhooks or admission.
+(voice.call.start_call; `build_pipeline` None: the real pipeline, else a test's stand-in
+builder) over TwilioMediaStreamTransport with a PlayoutTracker, runs it until Twilio sends
+`stop`, the socket drops, a limit expires (`CallLimits`: idle — less than a second of caller
+audio in idle_timeout_s, empty media do not count —, maximum duration; malformed messages: 1007;
+more messages a second than `message_rate` allows: 1008 "message_rate"), the call's audio output
+stalls (1013 "output_stalled") or the pipeline ends, and cleans up: the call leaves `calls`
+(ActiveCalls), the server's session count and metrics, and its start and end go to the status
+log. Each turn's record, enriched with when the caller heard the answer, goes to the latency log
+(`log_writer`: the server's shared LatencyLog when it is the same file, else appended as JSON
+lines). voice.telephony.twilio admits the stream first (token, single use, phone slots,
+capacity); this module knows nothing about webhooks or admission.
 """
 
 from __future__ import annotations
