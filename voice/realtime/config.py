@@ -303,9 +303,11 @@ class SessionConfig:
                 elif side == "input" and key == "turn_detection":
                     fields["turn_detection"] = _turn_detection(item, self.turn_detection, q)
                 elif side == "input" and key == "noise_reduction":
-                    if item is not None:
-                        raise RealtimeError("input noise reduction is not supported by this "
-                                            "server", param=q, code="unsupported")
+                    # accepted and not applied: the session reports null (docs/realtime.md);
+                    # pipecat's own Realtime example asks for near_field and treats an error
+                    # event as fatal
+                    if item is not None and not isinstance(item, dict):
+                        raise _bad(f"{q} must be an object or null", q)
                 elif side == "output" and key == "voice":
                     if not isinstance(item, (str, dict)):
                         raise _bad(f"{q} must be a voice name", q)

@@ -88,8 +88,8 @@ MISTAKES = [
     ("bad eagerness", {"type": "session.update", "session": {"audio": {"input": {
         "turn_detection": {"type": "semantic_vad", "eagerness": "frantic"}}}}},
      "invalid_value", "session.audio.input.turn_detection.eagerness"),
-    ("noise reduction", {"type": "session.update", "session": {"audio": {"input": {
-        "noise_reduction": {"type": "near_field"}}}}}, "unsupported",
+    ("noise reduction not an object", {"type": "session.update", "session": {"audio": {
+        "input": {"noise_reduction": "loud"}}}}, "invalid_value",
      "session.audio.input.noise_reduction"),
     ("mcp tool", {"type": "session.update", "session": {"tools": [
         {"type": "mcp", "server_label": "x"}]}}, "unsupported_tool_type", "session.tools[0].type"),
@@ -237,3 +237,19 @@ async def test_unknown_model_is_refused_with_a_reason(live_server):
         with pytest.raises(websockets.ConnectionClosed):
             await ws.recv()
         assert ws.close_code == 1008
+
+
+async def test_noise_reduction_is_accepted_and_reported_as_not_applied(live_server):
+    """pipecat's Realtime example asks for near_field noise reduction (and treats an error
+    event as fatal): the session goes on, and session.updated says none is applied."""
+    ws, raw = await opened(live_server)
+    try:
+        await raw.send({"type": "session.update", "session": {"type": "realtime", "audio": {
+            "input": {"noise_reduction": {"type": "near_field"},
+                      "turn_detection": {"type": "semantic_vad"}}}}})
+        updated = await raw.until("session.updated", "error")
+        assert updated.type == "session.updated"
+        assert updated.session.audio.input.noise_reduction is None
+        assert updated.session.audio.input.turn_detection.type == "semantic_vad"
+    finally:
+        await ws.close()
