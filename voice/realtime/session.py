@@ -87,6 +87,7 @@ OUTPUT_RATE = 24000  # what the call's output transport writes (audio/pcm; G.711
 MAX_EVENT_CHARS = 256 * 1024  # one client event; longer is refused before it is parsed
 MAX_APPEND_SECS = 2.0  # audio in one input_audio_buffer.append
 MAX_ITEMS = 1024  # conversation items kept for retrieve / truncate / delete
+TRANSCRIPT_WAIT_SECS = 3.0  # response.create waits this long for committed speech's words
 CLIENT_EVENTS = (
     "session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
     "input_audio_buffer.clear", "conversation.item.create", "conversation.item.delete",
@@ -168,9 +169,13 @@ class RealtimeSession(BrowserSession):
         self._heard_ms = 0.0  # appended in all
         self._speech_item: str | None = None  # the user item of the segment being spoken
         self._untranscribed: list[str] = []  # user items waiting for their transcript
+        self._heard_words: list[str] = []  # turn detection off: words before the commit
         self._decoder: Decoder | None = None
         self._encoder: Encoder | None = None
         self._saved: tuple | None = None  # the LLM's settings a response overrode
+        self._idle_task: asyncio.Task | None = None
+        self._transcribed = asyncio.Event()  # no user item waits for its transcript
+        self._transcribed.set()
         self.server_events = 0
 
     # ------------------------------------------------------------------ sending
@@ -261,6 +266,7 @@ class RealtimeSession(BrowserSession):
             await self.fail(protocol.ProtocolError("internal", f"{type(e).__name__}: {e}"))
         finally:
             self._open = False
+            self._disarm_idle()
             for future in self._pending_calls.values():
                 future.cancel()
             if self.call is not None:
@@ -348,12 +354,44 @@ class RealtimeSession(BrowserSession):
             call.vad.set_params(params)
             if call.turn_end is not None:
                 call.turn_end.stop_secs, call.turn_end.window_secs = stop, max(window, stop)
-        if self._watchdog is not None and td.idle_timeout_ms:
-            pass  # input_audio_buffer.timeout_triggered is not sent (docs/realtime.md)
+        if td.type != "server_vad" or not td.idle_timeout_ms:
+            self._disarm_idle()
 
     def interrupts(self) -> bool:
+        """Whether the caller's speech may cut the answer off (turn detection's
+        interrupt_response; with none, only the client's response.cancel does)."""
         td = self.cfg.turn_detection if self.cfg is not None else None
-        return td is None or td.type is None or td.interrupt_response
+        return td is not None and td.type is not None and td.interrupt_response
+
+    # server_vad idle_timeout_ms: no speech that long after an answer -> a response anyway
+    def _arm_idle(self) -> None:
+        self._disarm_idle()
+        td = self.cfg.turn_detection
+        if td.type == "server_vad" and td.idle_timeout_ms and self._open:
+            self._idle_task = asyncio.create_task(self._idle(td.idle_timeout_ms / 1000.0))
+
+    def _disarm_idle(self) -> None:
+        task, self._idle_task = self._idle_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _idle(self, secs: float) -> None:
+        await asyncio.sleep(secs)
+        self._idle_task = None
+        if self.response is not None or self._requested or self._speech_item is not None:
+            return
+        item_id = _id("item")
+        await self.emit("input_audio_buffer.timeout_triggered",
+                        audio_start_ms=max(0, round(self._heard_ms - secs * 1000.0)),
+                        audio_end_ms=round(self._heard_ms), item_id=item_id)
+        await self.emit("input_audio_buffer.committed", previous_item_id=self._previous(),
+                        item_id=item_id)
+        await self._add_item({"id": item_id, "type": "message", "object": "realtime.item",
+                              "role": "user", "status": "completed",
+                              "content": [{"type": "input_audio", "transcript": ""}]},
+                             done=True)
+        self._requested.append(Response(_id("resp"), rc.response_options(None, self.cfg)))
+        await self.call.queue_frames([LLMRunFrame()])
 
     async def _on_input_audio_buffer_append(self, event: dict) -> None:
         audio = event.get("audio")
@@ -391,11 +429,20 @@ class RealtimeSession(BrowserSession):
                 f"buffer too small: {self._buffer_ms:.0f} ms of audio since the last commit, "
                 "at least 100 ms needed", code="input_audio_buffer_commit_empty")
         self._buffer_ms = 0.0
-        if self._speech_item is None:  # the segment's item is made when its speech stops
-            await self._user_audio_item()
+        if self.cfg.turn_detection.type is not None:
+            if self._speech_item is None:  # else its item comes when its speech stops
+                item_id = await self._user_audio_item()  # no speech the VAD heard: no words
+                await self._transcript(item_id, "")
+            return
+        item_id = await self._user_audio_item()  # turn detection off: the client's turn
+        if self._heard_words:  # the VAD-segmented speech already transcribed
+            words, self._heard_words = " ".join(self._heard_words), []
+            self._untranscribed.remove(item_id)
+            await self._transcript(item_id, words)
 
     async def _on_input_audio_buffer_clear(self, _event: dict) -> None:
         self._buffer_ms = 0.0
+        self._heard_words = []
         await self.emit("input_audio_buffer.cleared")
 
     async def _on_output_audio_buffer_clear(self, _event: dict) -> None:
@@ -431,6 +478,7 @@ class RealtimeSession(BrowserSession):
                 "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
         await self._add_item(item, done=True)
         self._untranscribed.append(item_id)
+        self._transcribed.clear()
         return item_id
 
     async def _on_conversation_item_create(self, event: dict) -> None:
@@ -564,8 +612,16 @@ class RealtimeSession(BrowserSession):
         options = rc.response_options(event.get("response"), self.cfg)
         if options.tools != self.cfg.tools:
             await self._check_tools(options.tools, options.tool_choice)
+        if not self._transcribed.is_set():  # committed speech still being transcribed: the
+            # answer is to it (bounded: speech the VAD never segmented gets no transcript)
+            try:
+                await asyncio.wait_for(self._transcribed.wait(), TRANSCRIPT_WAIT_SECS)
+            except TimeoutError:
+                self._untranscribed.clear()
+                self._transcribed.set()
         response = Response(_id("resp"), options)
         self._requested.append(response)
+        self._disarm_idle()
         await self.call.queue_frames([LLMRunFrame()])
 
     async def _on_response_cancel(self, event: dict) -> None:
@@ -688,6 +744,8 @@ class RealtimeSession(BrowserSession):
                             output_index=where["output_index"], item=_public(item))
             await self.emit("conversation.item.done", item=_public(item))
         await self.emit("response.done", response=self._response_obj(response))
+        if status == "completed":
+            self._arm_idle()
         limit = response.options.max_output_tokens
         limit = self.state.config.max_new_tokens if limit == "inf" else limit
         await self.emit("rate_limits.updated", rate_limits=[{
@@ -740,6 +798,7 @@ class RealtimeSession(BrowserSession):
         td = self.cfg.turn_detection
         if isinstance(frame, VADUserStartedSpeakingFrame):
             if td.type is not None and self._speech_item is None:
+                self._disarm_idle()
                 self._speech_item = _id("item")
                 await self.emit("input_audio_buffer.speech_started",
                                 audio_start_ms=max(0, round(self._heard_ms - (
@@ -755,20 +814,30 @@ class RealtimeSession(BrowserSession):
         elif isinstance(frame, TranscriptionFrame):
             text = frame.text.strip()
             if text:
-                item_id = self._untranscribed.pop(0) if self._untranscribed else None
-                if item_id is None:  # heard without a segment of its own: a new item
-                    item_id = await self._user_audio_item()
-                    self._untranscribed.remove(item_id)
-                item = self.items.get(item_id)
-                if item is not None:
-                    item["content"][0]["transcript"] = text
-                await self.emit("conversation.item.input_audio_transcription.delta",
-                                item_id=item_id, content_index=0, delta=text)
-                await self.emit("conversation.item.input_audio_transcription.completed",
-                                item_id=item_id, content_index=0, transcript=text,
-                                usage={"type": "duration", "seconds": 0})
+                if not self._untranscribed and td.type is None:
+                    self._heard_words.append(text)  # the client's next commit takes it
+                    return
+                if not self._untranscribed:  # heard without a segment of its own: a new item
+                    await self._user_audio_item()
+                await self._transcript(self._untranscribed[0], text)
         elif isinstance(frame, InterimTranscriptionFrame):
             pass  # the final transcript is sent whole (deltas are not revisable)
+
+    async def _transcript(self, item_id: str, text: str) -> None:
+        """A user audio item's words (once, whole: the recogniser's final transcript)."""
+        if item_id in self._untranscribed:
+            self._untranscribed.remove(item_id)
+        if not self._untranscribed:
+            self._transcribed.set()
+        item = self.items.get(item_id)
+        if item is not None:
+            item["content"][0]["transcript"] = text
+        if text:
+            await self.emit("conversation.item.input_audio_transcription.delta",
+                            item_id=item_id, content_index=0, delta=text)
+        await self.emit("conversation.item.input_audio_transcription.completed",
+                        item_id=item_id, content_index=0, transcript=text,
+                        usage={"type": "duration", "seconds": 0})
 
     async def _user_audio_item_with(self, item_id: str) -> None:
         previous = self._previous()
@@ -778,6 +847,7 @@ class RealtimeSession(BrowserSession):
                 "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
         await self._add_item(item, done=True)
         self._untranscribed.append(item_id)
+        self._transcribed.clear()
 
     async def _on_llm(self, frame) -> None:
         response = self.response

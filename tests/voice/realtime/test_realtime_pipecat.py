@@ -341,7 +341,8 @@ async def test_barge_in_with_server_vad(live_server, speech):
         await app.wait_for(lambda: len(llm.of("response.done")) >= 2, 30, "the second answer")
         app.check()
 
-        assert len(llm.of("input_audio_buffer.speech_started")) == 2
+        # the second utterance may be heard as two segments (its comma's pause)
+        assert len(llm.of("input_audio_buffer.speech_started")) >= 2
         truncate = [e for e in llm.sent if e["type"] == "conversation.item.truncate"]
         first_done, second_done = (e["response"] for e in llm.of("response.done")[:2])
         assert len(truncate) == 1 and truncate[0]["item_id"] == first_done["output"][0]["id"]
@@ -350,4 +351,4 @@ async def test_barge_in_with_server_vad(live_server, speech):
         if first_done["status"] == "cancelled":
             assert first_done["status_details"]["reason"] == "turn_detected"
         assert second_done["status"] == "completed"
-        assert len(llm.of("conversation.item.input_audio_transcription.completed")) == 2
+        assert len(llm.of("conversation.item.input_audio_transcription.completed")) >= 2
