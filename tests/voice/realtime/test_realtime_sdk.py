@@ -17,9 +17,7 @@ import os
 import time
 
 import numpy as np
-import pytest
 import soxr
-from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 from voice_fixtures import scaled
@@ -55,13 +53,6 @@ class Client:
 
     def of(self, kind: str) -> list:
         return [e for e in self.events if e.type == kind]
-
-
-@pytest.fixture(scope="module")
-def sdk(live_server):
-    host = live_server.ws_url.split("://", 1)[1].split("/", 1)[0]
-    return AsyncOpenAI(api_key="unused", websocket_base_url=f"ws://{host}/v1",
-                       base_url=f"http://{host}/v1")
 
 
 async def connect(sdk, live_server):

@@ -9,7 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 import soxr
-from test_realtime_sdk import Client, connect, sdk, stream  # noqa: F401 (fixture)
+from test_realtime_sdk import Client, connect, stream
 
 from diffvoice.voice.realtime.config import EAGERNESS, SessionConfig
 
