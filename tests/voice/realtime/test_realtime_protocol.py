@@ -253,3 +253,30 @@ async def test_noise_reduction_is_accepted_and_reported_as_not_applied(live_serv
         assert updated.session.audio.input.turn_detection.type == "semantic_vad"
     finally:
         await ws.close()
+
+
+def test_every_event_type_the_server_emits_is_one_of_the_sdks():
+    """The types named at every `emit(...)` in voice/realtime/session.py (the only place events
+    are made) are all in the SDK's RealtimeServerEvent union; the tests above validate the
+    events' fields as they arrive."""
+    import ast
+    import inspect
+
+    from diffvoice.voice.realtime import session
+
+    tree = ast.parse(inspect.getsource(session))
+    emitted = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "emit":
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                emitted.add(first.value)
+            else:  # a conditional expression of two literal types
+                emitted |= {n.value for n in ast.walk(first) if isinstance(n, ast.Constant)
+                            and isinstance(n.value, str)}
+    union = typing.get_args(RealtimeServerEvent)[0] if typing.get_origin(
+        RealtimeServerEvent) is typing.Annotated else RealtimeServerEvent
+    sdk_types = {typing.get_args(m.model_fields["type"].annotation)[0]
+                 for m in typing.get_args(union)}
+    assert len(emitted) > 25
+    assert emitted <= sdk_types, emitted - sdk_types
