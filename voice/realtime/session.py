@@ -319,9 +319,18 @@ class RealtimeSession(BrowserSession):
 
     async def _check_tools(self, tools, choice) -> None:
         """The tools' schemas, as the engine will compile them: counted and meta-checked off
-        the event loop, on the API's threads (voice.openai_api.router.api_limits)."""
+        the event loop, on the API's threads (voice.openai_api.router.api_limits). A client
+        tool may not take the name of one the server runs itself (the receptionist's)."""
         from diffvoice.engine.constrained.limits import check_request
         from diffvoice.voice.openai_api.router import api_limits
+
+        receptionist = getattr(self.state, "receptionist", None)
+        own = {t["function"]["name"] for t in receptionist.schemas} if receptionist else set()
+        for i, tool in enumerate(tools):
+            if tool["name"] in own:
+                raise rc.RealtimeError(f"{tool['name']!r} is one of the server's own tools "
+                                       "(the receptionist's); name yours differently",
+                                       param=f"tools[{i}].name")
 
         _, pool = api_limits(self.state)
         try:

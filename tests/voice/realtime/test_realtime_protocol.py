@@ -280,3 +280,21 @@ def test_every_event_type_the_server_emits_is_one_of_the_sdks():
                  for m in typing.get_args(union)}
     assert len(emitted) > 25
     assert emitted <= sdk_types, emitted - sdk_types
+
+
+async def test_a_client_tool_may_not_take_a_server_tools_name():
+    """With the receptionist's tools in the server (the embedded model), a client tool of the
+    same name would be run by the server instead of the client: refused, naming the tool."""
+    from types import SimpleNamespace
+
+    from diffvoice.voice.realtime import config as rc
+    from diffvoice.voice.realtime.session import RealtimeSession
+
+    state = SimpleNamespace(receptionist=SimpleNamespace(schemas=[
+        {"type": "function", "function": {"name": "book_appointment", "parameters": {}}}]))
+    session = RealtimeSession(SimpleNamespace(client=None), state, None)
+    clash = rc.parse_tools([{"type": "function", "name": "get_weather"},
+                            {"type": "function", "name": "book_appointment"}], "session.tools")
+    with pytest.raises(rc.RealtimeError) as refused:
+        await session._check_tools(clash, "auto")
+    assert refused.value.param == "tools[1].name" and "book_appointment" in refused.value.message
