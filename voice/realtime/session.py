@@ -68,6 +68,7 @@ from pipecat.metrics.metrics import LLMUsageMetricsData
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import FunctionCallResultProperties
 
+from diffvoice.voice import malloc_tune
 from diffvoice.voice.call import start_call
 from diffvoice.voice.ingest_limit import CLOSE, DROP, IngestLimit, pcm_seconds
 from diffvoice.voice.json_input import JSONInputError, loads_untrusted
@@ -274,6 +275,8 @@ class RealtimeSession(BrowserSession):
             state.active_sessions.discard(self.session_id)
             state.client_slots.release(self.client_ip)
             state.metrics.session_closed()
+            if getattr(state.config, "malloc_arena_max", 0):
+                malloc_tune.trim_soon()  # the call's native buffers back to the OS, as /ws does
             await self.close(protocol.CLOSE_NORMAL, "bye")
 
     async def _dispatch(self, raw: str | bytes, _transport) -> None:
