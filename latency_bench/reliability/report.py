@@ -19,8 +19,11 @@ TITLES = {
     "storm": "Barge-in storm",
     "admission": "Admission: capacity, per-IP cap, idle reaping",
     "memory": "Memory per session",
+    "realtime": "Realtime: malformed /v1/realtime events while two Realtime callers talk, "
+                "socket limits, memory per session",
 }
-ORDER = ("fuzz", "isolation", "attacks", "siege", "soak", "storm", "admission", "memory")
+ORDER = ("fuzz", "isolation", "attacks", "siege", "soak", "storm", "admission", "memory",
+         "realtime")
 _HIDE = {"checks", "phases",
          "samples", "families", "curve", "cancel_passes", "barge_delays_s", "idle",
          "media_calls", "mismatch_examples", "error_examples", "failed_turns"}
@@ -74,13 +77,18 @@ def render(merged: dict[str, Any]) -> str:
         if name == "siege" and result.get("phases"):
             out += ["Per phase:", "", *(f"- `{k}`: {json.dumps(v, default=str)}"
                                         for k, v in result["phases"].items()), ""]
-        if name == "memory" and result.get("curve"):
+        if name in ("memory", "realtime") and result.get("curve"):
             out += ["RSS (MB) after N sessions: " + ", ".join(f"{n}: {mb}" for n, mb in
                                                              result["curve"]), ""]
         if name == "fuzz" and result.get("families"):
             out += ["Inputs per surface/family (documented outcome / not):", "",
                     ", ".join(f"`{k}` {v['ok']}/{v['bad']}" for k, v in
                               sorted(result["families"].items())), ""]
+        if name == "realtime" and result.get("families"):
+            out += ["Malformed events per family (answered as documented / sent):", "",
+                    ", ".join(f"`{k}` {v['answered']}/{v['sent']}" for k, v in
+                              sorted(result["families"].items())), ""]
+        if name in ("fuzz", "realtime") and result.get("families"):
             if result.get("mismatch_examples"):
                 out += ["Mismatches: " + "; ".join(result["mismatch_examples"]), ""]
         if name == "soak" and result.get("samples"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-PARTS = ("fuzz", "isolation", "attacks", "siege", "storm", "admission", "memory", "soak")
+PARTS = ("fuzz", "isolation", "attacks", "siege", "storm", "admission", "memory", "soak",
+         "realtime")
 
 SCALES: dict[str, dict[str, Any]] = {
     "short": {
@@ -29,6 +30,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "mem_warmup": 1, "mem_sessions": 2, "mem_concurrency": 2,
         "soak_callers": 2, "soak_s": 10, "soak_pause_s": 1.0, "soak_call_turns": 1,
         "soak_ramp_s": 2.0, "soak_warmup_s": 3.0, "soak_procs": 1,
+        "rt_malformed": 300, "rt_sockets": 3, "rt_send_rate": 50.0, "rt_text_responses": 1,
+        "rt_audio_responses": 1, "rt_live_turns": 1, "rt_idle_sockets": 2,
+        "rt_mem_warmup": 150, "rt_mem_sessions": 30, "rt_mem_concurrency": 2,
         "part_timeout_s": 150,
     },
     "full": {
@@ -54,6 +58,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "mem_warmup": 80, "mem_sessions": 200, "mem_concurrency": 8,
         "soak_callers": 32, "soak_s": 600, "soak_pause_s": 20.0, "soak_call_turns": 4,
         "soak_ramp_s": 60.0, "soak_warmup_s": 120.0, "soak_procs": 2,
+        "rt_malformed": 2_400, "rt_sockets": 8, "rt_send_rate": 12.0, "rt_text_responses": 6,
+        "rt_audio_responses": 3, "rt_live_turns": 4, "rt_idle_sockets": 6,
+        "rt_mem_warmup": 150, "rt_mem_sessions": 200, "rt_mem_concurrency": 4,
         "part_timeout_s": 1200,
     },
 }
