@@ -16,6 +16,10 @@ Placement and admission:
 - Each replica keeps its own admission (`max_sessions` -> 1013, the engine's cap -> 503) and
   Serve's `max_ongoing_requests` is that capacity plus room for /v1 requests; Serve's own queue
   of not-yet-placed requests is bounded (4x a replica's capacity), beyond it Serve answers 503.
+- Each replica posts to the metrics hub (voice.scale.metrics) every METRICS_POST_INTERVAL_S its
+  series, its live calls (`active_sessions`) and the requests it is handling (`in_flight`: HTTP
+  and WebSocket, from the app's call to its return, which is when Serve's router stops counting
+  one ongoing), with the time of the count (`t`); `GET /replicas` shows them.
 - Losing a replica ends only the calls it held; Serve's health check (`check_health`: the engine
   still answers) replaces it and new calls go to the live ones meanwhile.
 - Twilio's webhook can be answered by any replica: the stream token is an HMAC of the CallSid
@@ -42,6 +46,33 @@ METRICS_POST_INTERVAL_S = 2.0
 API_HEADROOM = 16
 START_TRIES = 4  # serve.start attempts while Serve replaces proxies that were slow to start
 PROXY_WAIT_S = 180.0  # how long `start` waits for the HTTP proxy to answer after the app runs
+
+
+class InFlight:
+    """Requests an app is handling now, counted by `CountInFlight` around it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class CountInFlight:
+    """ASGI middleware (`app.add_middleware(CountInFlight, in_flight=...)`; pure ASGI, so a
+    WebSocket counts too): a request counts from the app's call until it returns or raises;
+    Serve's router hears that it completed only after that, and counts it ongoing till then."""
+
+    def __init__(self, app, in_flight: InFlight) -> None:
+        self.app = app
+        self.in_flight = in_flight
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        self.in_flight.count += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight.count -= 1
 
 
 class VoiceReplica:
@@ -73,6 +104,7 @@ class VoiceReplica:
         await warm_up(self.state)
         self._hub = hub_actor()
         self._info = {"actor_name": _actor_name(), "pid": _pid()}
+        self._in_flight = InFlight()
         self._stop = threading.Event()
         self._poster = threading.Thread(target=self._post_metrics, daemon=True,
                                         name="diffvoice-metrics-post")
@@ -105,6 +137,7 @@ class VoiceReplica:
             snapshot = await hub.snapshot.remote()
             return {rid: {k: v for k, v in e.items() if k != "text"} for rid, e in snapshot.items()}
 
+        app.add_middleware(CountInFlight, in_flight=self._in_flight)  # around the app's own
         return app
 
     def check_health(self) -> None:
@@ -117,7 +150,8 @@ class VoiceReplica:
         while not self._stop.is_set():
             try:
                 body, _ = self.state.metrics.render()
-                info = {**self._info, "active_sessions": len(self.state.active_sessions)}
+                info = {**self._info, "active_sessions": len(self.state.active_sessions),
+                        "in_flight": self._in_flight.count, "t": time.time()}
                 self._hub.post.remote(self.replica_id, body.decode(), info)
             except Exception:  # the hub is best effort: never take the replica down
                 pass

@@ -74,6 +74,30 @@ async def _replicas():
         await asyncio.sleep(0.5)
 
 
+async def _until_idle():
+    """Until both replicas have said, in a count taken after this began, that they handle no
+    request (voice.scale.ray_serve's `in_flight`). Least-loaded placement ranks replicas by their
+    ongoing requests, and an earlier test's calls end on their replica seconds after the caller
+    hung up (one whose answer was still playing takes ~5 s: the pipeline's cancel). Requests
+    still ongoing on the two replicas just before test_losing_a_replica placed its calls,
+    2026-12-08 (the router's counts, then the replicas'): 2 and 0 (it placed 3 + 1), 4 and 3,
+    2 and 2; in a loaded `make test` all four calls went to one replica. A test that expects its
+    calls spread evenly starts from idle replicas."""
+    from diffvoice.voice.scale.metrics import HUB_NAME, HUB_NAMESPACE
+
+    hub = ray.get_actor(HUB_NAME, namespace=HUB_NAMESPACE)
+    since = time.time()
+    deadline = time.monotonic() + scaled(60)
+    while True:
+        snap = await hub.snapshot.remote()
+        idle = [r for r, e in snap.items() if e.get("t", 0) >= since and e.get("in_flight") == 0]
+        if len(idle) >= 2:
+            return
+        assert time.monotonic() < deadline, {r: (e.get("in_flight"), e["age_s"])
+                                             for r, e in snap.items()}  # fmt: skip
+        await asyncio.sleep(0.25)
+
+
 def _answered(call) -> bool:
     """The answer's text, its audio and the turn's latency record all reached us."""
     return call.audio_frames > 0 and call.has(protocol.BotText) and call.has(protocol.Latency)
@@ -124,6 +148,7 @@ async def test_replicas_are_warm_when_serve_reports_the_app_ready(cluster):
 
 async def test_calls_spread_over_both_replicas_and_get_answers(cluster, speech):
     pcm = speech(QUESTION)
+    await _until_idle()
     answered, hang_up = [], asyncio.Event()
     tasks = [asyncio.create_task(_call(cluster, pcm, delay=0.4 * i, answered=answered,
                                        hang_up=hang_up)) for i in range(8)]  # fmt: skip
@@ -191,6 +216,7 @@ async def test_losing_a_replica_ends_only_its_calls(cluster, speech):
     from diffvoice.voice.scale.metrics import HUB_NAME, HUB_NAMESPACE
 
     pcm = speech(QUESTION)
+    await _until_idle()  # two calls on each replica: they must start even
     answered, hang_up = [], asyncio.Event()
     tasks = [asyncio.create_task(_call(cluster, pcm, delay=0.4 * i, answered=answered,
                                        hang_up=hang_up)) for i in range(4)]  # fmt: skip
