@@ -23,10 +23,13 @@ drops on the floor:
 - caller audio is admitted at the speed of speech (voice.ingest_limit, 8 kHz mu-law = 8000
   payload bytes a second): beyond ``audio_rate_limit`` x real time plus ``audio_burst_s`` a
   ``media`` message's audio is refused (never queued); once the caller is ahead of that rate by
-  twice ``audio_burst_s`` (refused audio counted), ``on_too_fast`` is called once and every
-  later ``media`` is refused.
+  twice ``audio_burst_s`` (refused audio counted), ``on_too_fast`` is called once (an awaitable
+  it returns is awaited before the next message is read) and every later ``media`` is refused.
   :class:`TwilioMediaStreamTransport` sets ``on_too_fast`` to close the stream with 1008
-  ``audio_too_fast`` (the router then ends the call as for any closed socket). The limit is
+  ``audio_too_fast`` right there, in the input loop (the router then ends the call as for any
+  closed socket). ``media_messages`` counts the valid media read, ``too_fast_after`` and
+  ``too_fast_close_sent_after`` how many had been read when the limit said close and when the
+  close was sent (equal: nothing is read in between). The limit is
   ``ingest_limit`` when given, else the serve config's when the app is ``diffvoice serve``'s
   (``app.state.diffvoice``), else the defaults (1.5x, 2 s);
 - caller audio is decoded from the message already parsed (mu-law by table,
@@ -54,14 +57,14 @@ No FastAPI routing, signature checks or latency logging here.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
+import inspect
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from pipecat.audio.resamplers.soxr_stream_resampler import SOXRStreamAudioResampler
 from pipecat.frames.frames import (
@@ -150,8 +153,13 @@ class CallSerializer(TwilioFrameSerializer):
         self.malformed = 0
         self.malformed_limit_hit = False
         self.ingest_limit = ingest_limit  # None: TwilioMediaStreamTransport picks one
-        self.on_too_fast: Callable[[], None] | None = None  # once, past the ingest limit
+        # once, past the ingest limit; awaited before the next message is read when it returns
+        # an awaitable (TwilioMediaStreamTransport's sends the close)
+        self.on_too_fast: Callable[[], Awaitable[None] | None] | None = None
         self.too_fast = False
+        self.media_messages = 0  # valid media messages read
+        self.too_fast_after: int | None = None  # media_messages when the limit said CLOSE
+        self.too_fast_close_sent_after: int | None = None  # media_messages when the close went
         self.message_rate: MessageRate | None = None  # None: the WebSocket protocol counts
         self.on_message_flood: Callable[[], None] | None = None  # once, past message_rate
         self.flooded = False
@@ -174,18 +182,24 @@ class CallSerializer(TwilioFrameSerializer):
             if self.on_malformed_limit is not None:
                 self.on_malformed_limit()
 
-    def _admit(self, nbytes: int) -> bool:
-        """Whether `nbytes` of caller mu-law go on to the pipeline (voice.ingest_limit)."""
+    async def _admit(self, nbytes: int) -> bool:
+        """Whether `nbytes` of caller mu-law go on to the pipeline (voice.ingest_limit). The
+        message that crosses the limit awaits `on_too_fast` (the close) before returning, so no
+        further message is read before the caller is told."""
         if self.ingest_limit is None:
             self.ingest_limit = IngestLimit()
         verdict = self.ingest_limit.admit(mulaw_seconds(nbytes, TWILIO_SAMPLE_RATE))
         if verdict == CLOSE and not self.too_fast:
             self.too_fast = True
-            logger.warning("twilio %s: caller audio faster than %gx real time (+%g s): %.1f s "
-                           "refused, closing", self.call_sid, self.ingest_limit.rate,
-                           self.ingest_limit.burst_s, self.ingest_limit.refused_s)
+            self.too_fast_after = self.media_messages
+            logger.warning("twilio %s: caller audio faster than %gx real time (+%g s) after %d "
+                           "media messages: %.1f s refused, closing", self.call_sid,
+                           self.ingest_limit.rate, self.ingest_limit.burst_s, self.media_messages,
+                           self.ingest_limit.refused_s)
             if self.on_too_fast is not None:
-                self.on_too_fast()
+                closing = self.on_too_fast()
+                if inspect.isawaitable(closing):
+                    await closing
         return verdict == ACCEPT
 
     def _check(self, message) -> str | None:
@@ -238,9 +252,10 @@ class CallSerializer(TwilioFrameSerializer):
         event = message.get("event")
         if event == "media":  # what pipecat's deserialize does, without parsing the JSON again
             ulaw = base64.b64decode(message["media"]["payload"])
+            self.media_messages += 1
             if self.on_media is not None:
                 self.on_media(mulaw_seconds(len(ulaw), TWILIO_SAMPLE_RATE))
-            if not self._admit(len(ulaw)):
+            if not await self._admit(len(ulaw)):
                 return None
             pcm = mulaw.decode_fast(ulaw).tobytes()
             pcm = await self._input_resampler.resample(pcm, TWILIO_SAMPLE_RATE, self._sample_rate)
@@ -354,9 +369,7 @@ class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
         super().__init__(websocket, params)
         if serializer.ingest_limit is None:
             serializer.ingest_limit = IngestLimit.from_config(_serve_config(websocket))
-        self._too_fast_close: asyncio.Future | None = None  # kept: a task must be referenced
-        serializer.on_too_fast = lambda: setattr(
-            self, "_too_fast_close", asyncio.ensure_future(self._close_too_fast(websocket)))
+        serializer.on_too_fast = lambda: self._close_too_fast(websocket, serializer)
         self._input = _VadAlignedInputTransport(
             self, self._client, self._params, name=self._input_name
         )
@@ -370,6 +383,10 @@ class TwilioMediaStreamTransport(FastAPIWebsocketTransport):
         )
 
     @staticmethod
-    async def _close_too_fast(websocket) -> None:
+    async def _close_too_fast(websocket, serializer: CallSerializer) -> None:
+        """Awaited by the serializer on the message that crossed the limit, before it reads
+        another: the close goes out at once. A close in a task of its own waited until the input
+        loop had drained what was already read, and a flooding caller kept sending meanwhile."""
         with contextlib.suppress(Exception):  # already closed: nothing to do
             await websocket.close(code=CLOSE_POLICY_VIOLATION, reason=CLOSE_REASON)
+        serializer.too_fast_close_sent_after = serializer.media_messages
