@@ -3,7 +3,9 @@
     book = AppointmentBook(path, facts)      # creates the file and tables on first use
     book.free_starts("cleanings", "friday")  # -> ["08:00", "08:30", ...]
     book.book("cleanings", "friday", "10:00", "Ann Lee", owner="phone:+15550100") -> Booking | None
-    book.cancel("ann lee", "friday", owner="phone:+15550100") -> bool
+    book.cancel("ann lee", "friday", owner="phone:+15550100") -> ids cancelled ([]: none)
+    book.book(..., hold=True) / book.cancel(..., hold=True), then book.settle(ids, keep):
+        a change held until the caller heard it confirmed (voice.tool_ledger)
 Slots come from the fact sheet: each day's opening hours on a 30-minute grid (SLOT_MIN) and each
 service's duration (`Service.minutes`, or its duration text: "45 minutes", "1 hour"); a visit
 must end by closing time and occupies every grid cell it overlaps. One chair: two visits never
@@ -43,6 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SLOT_MIN = 30
+# a visit's state: BOOKED; HELD (booked, not yet confirmed to the caller: its cells are taken,
+# settle() keeps or removes it); CANCELLING (cancelled, not yet confirmed: it keeps its cells,
+# settle() removes or restores it)
+BOOKED, HELD, CANCELLING = "booked", "held", "cancelling"
+STALE_PENDING_S = 600.0  # a change nobody settled in this long is undone (its call died)
 MAX_OPEN_PER_OWNER = 3  # visits one caller may hold at once
 
 
@@ -62,7 +69,9 @@ CREATE TABLE IF NOT EXISTS visits (
     end_min INTEGER NOT NULL,
     name TEXT NOT NULL,
     created REAL NOT NULL,
-    owner TEXT
+    owner TEXT,
+    state TEXT NOT NULL DEFAULT 'booked',
+    pending_since REAL
 );
 CREATE TABLE IF NOT EXISTS cells (
     day TEXT NOT NULL,
@@ -110,6 +119,7 @@ class Booking:
     time: str
     name: str
     owner: str | None = None
+    state: str = BOOKED
 
 
 class AppointmentBook:
@@ -147,6 +157,10 @@ class AppointmentBook:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(visits)")}
             if "owner" not in columns:
                 conn.execute("ALTER TABLE visits ADD COLUMN owner TEXT")
+            if "state" not in columns:  # held bookings and cancellations (settle)
+                conn.execute("ALTER TABLE visits ADD COLUMN state TEXT NOT NULL "
+                             "DEFAULT 'booked'")
+                conn.execute("ALTER TABLE visits ADD COLUMN pending_since REAL")
             conn.execute("CREATE INDEX IF NOT EXISTS visits_day_owner ON visits (day, owner)")
             conn.execute("COMMIT")
         except BaseException:
@@ -193,37 +207,39 @@ class AppointmentBook:
                 if not taken.intersection(self._cells(m, service))]
 
     def bookings(self, day: str | None = None) -> list[Booking]:
-        sql = "SELECT id, service, day, start_min, name, owner FROM visits"
+        sql = "SELECT id, service, day, start_min, name, owner, state FROM visits"
         with self._conn() as conn:
             rows = conn.execute(sql + (" WHERE day = ?" if day else "") + " ORDER BY id",
                                 (day,) if day else ()).fetchall()
-        return [Booking(i, s, d, hhmm(m), n, o) for i, s, d, m, n, o in rows]
+        return [Booking(i, s, d, hhmm(m), n, o, st) for i, s, d, m, n, o, st in rows]
 
     # ------------------------------------------------------------------ changes
     def book(self, service: str, day: str, time_: str, name: str,
-             owner: str | None = None) -> Booking | None:
+             owner: str | None = None, hold: bool = False) -> Booking | None:
         """Book atomically for `owner`; None when the slot is taken or outside opening hours;
-        OwnerLimitReached when `owner` already holds `max_open_per_owner` visits."""
+        OwnerLimitReached when `owner` already holds `max_open_per_owner` visits. `hold`: the
+        visit is HELD (its slot taken) until `settle([id], keep)` keeps or removes it."""
         start = parse_hhmm(time_)
         if service not in self.durations or day not in self.hours or start is None \
                 or start not in self.starts(service, day):
             return None
         with self._conn() as conn:
-            return self._book_in(conn, service, day, start, name, owner)
+            return self._book_in(conn, service, day, start, name, owner, hold)
 
     def _book_in(self, conn, service: str, day: str, start: int, name: str,
-                 owner: str | None = None) -> Booking | None:
+                 owner: str | None = None, hold: bool = False) -> Booking | None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             if owner is not None and conn.execute(
                     "SELECT COUNT(*) FROM visits WHERE owner = ?", (owner,)
             ).fetchone()[0] >= self.max_open_per_owner:
                 raise OwnerLimitReached(self.max_open_per_owner)
+            now = time.time()
             cur = conn.execute(
-                "INSERT INTO visits (service, day, start_min, end_min, name, created, owner) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (service, day, start, start + self.durations[service], name.strip(), time.time(),
-                 owner))
+                "INSERT INTO visits (service, day, start_min, end_min, name, created, owner, "
+                "state, pending_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (service, day, start, start + self.durations[service], name.strip(), now,
+                 owner, HELD if hold else BOOKED, now if hold else None))
             visit = cur.lastrowid
             conn.executemany("INSERT INTO cells (day, cell, visit_id) VALUES (?, ?, ?)",
                              [(day, c, visit) for c in self._cells(start, service)])
@@ -234,17 +250,55 @@ class AppointmentBook:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return Booking(visit, service, day, hhmm(start), name.strip(), owner)
+        return Booking(visit, service, day, hhmm(start), name.strip(), owner,
+                       HELD if hold else BOOKED)
 
-    def cancel(self, name: str, day: str, owner: str | None = None, rule: str = "caller") -> bool:
+    def cancel(self, name: str, day: str, owner: str | None = None, rule: str = "caller",
+               hold: bool = False) -> list[int]:
         """Cancel `owner`'s visits named `name` on `day` (every owner's under rule "any");
-        see the module docstring for how names match. True if any was cancelled."""
+        see the module docstring for how names match. The ids cancelled (none: an empty
+        list). `hold`: they are CANCELLING (they keep their slots) until `settle(ids, keep)`
+        removes or restores them."""
         if rule not in ("caller", "any"):
             raise ValueError(f"rule must be 'caller' or 'any', got {rule!r}")
         if rule == "caller" and owner is None:
-            return False
+            return []
         with self._conn() as conn:
-            return self._cancel_in(conn, name, day, None if rule == "any" else owner)
+            return self._cancel_in(conn, name, day, None if rule == "any" else owner, hold)
+
+    def settle(self, ids: list[int], keep: bool) -> None:
+        """Confirm (`keep`) or undo the held changes of `ids`: a HELD visit becomes BOOKED or
+        is removed; a CANCELLING one is removed or BOOKED again. Settled ids are left alone
+        (settling twice is harmless)."""
+        if not ids:
+            return
+        with self._conn() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for visit in ids:
+                    row = conn.execute("SELECT state FROM visits WHERE id = ?",
+                                       (visit,)).fetchone()
+                    state = row[0] if row else None
+                    if (state == HELD) == keep and state in (HELD, CANCELLING):
+                        conn.execute("UPDATE visits SET state = ?, pending_since = NULL "
+                                     "WHERE id = ?", (BOOKED, visit))
+                    elif state in (HELD, CANCELLING):
+                        conn.execute("DELETE FROM cells WHERE visit_id = ?", (visit,))
+                        conn.execute("DELETE FROM visits WHERE id = ?", (visit,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def undo_stale(self, older_than_s: float = STALE_PENDING_S) -> int:
+        """Undo held changes older than `older_than_s` (their call ended without settling
+        them: a crash); returns how many."""
+        with self._conn() as conn:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM visits WHERE state != ? AND pending_since < ?",
+                (BOOKED, time.time() - older_than_s))]
+        self.settle(ids, keep=False)
+        return len(ids)
 
     @staticmethod
     def _matching(rows: list[tuple[int, str]], name: str) -> list[int]:
@@ -256,18 +310,23 @@ class AppointmentBook:
                   if stored.casefold() == said.casefold()]
         return [visit for visit, _ in folded] if len({s for _, s in folded}) == 1 else []
 
-    def _cancel_in(self, conn, name: str, day: str, owner: str | None) -> bool:
+    def _cancel_in(self, conn, name: str, day: str, owner: str | None,
+                   hold: bool = False) -> list[int]:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            sql, args = "SELECT id, name FROM visits WHERE day = ?", [day]
+            sql, args = "SELECT id, name FROM visits WHERE day = ? AND state = ?", [day, BOOKED]
             if owner is not None:
-                sql, args = sql + " AND owner = ?", [day, owner]
+                sql, args = sql + " AND owner = ?", [day, BOOKED, owner]
             ids = self._matching(conn.execute(sql, args).fetchall(), name)
             for visit in ids:
-                conn.execute("DELETE FROM cells WHERE visit_id = ?", (visit,))
-                conn.execute("DELETE FROM visits WHERE id = ?", (visit,))
+                if hold:
+                    conn.execute("UPDATE visits SET state = ?, pending_since = ? WHERE id = ?",
+                                 (CANCELLING, time.time(), visit))
+                else:
+                    conn.execute("DELETE FROM cells WHERE visit_id = ?", (visit,))
+                    conn.execute("DELETE FROM visits WHERE id = ?", (visit,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return bool(ids)
+        return ids

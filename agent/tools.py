@@ -31,6 +31,8 @@ that found nothing, {"cancelled": false}: a caller learns nothing about others' 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,9 @@ from diffvoice.agent.book import (
 from diffvoice.agent.owner import OWNER_RULES
 
 MAX_OFFERED = 3
+Hold = Callable[[list[int]], bool]  # takes held visit ids; False: undo them now
+log = logging.getLogger(__name__)
+UNAVAILABLE = "the appointment book is not available right now, please try again later"
 DB_FILENAME = "appointments.sqlite3"
 
 
@@ -131,34 +136,56 @@ class ReceptionistTools:
         return {"available": self._nearest(service, day, time)}
 
     def book_appointment(self, service: str, day: str, time: str, name: str, *,
-                         caller: str | None = None) -> dict:
+                         caller: str | None = None, hold: Hold | None = None) -> dict:
         error = self._check({"service": service, "day": day, "time": time}, need_time=True)
         if error or not isinstance(name, str) or not name.strip():
             return {"error": error or "a name is needed"}
         try:
-            booked = self.book.book(service, day, time, name, owner=caller)
+            booked = self.book.book(service, day, time, name, owner=caller,
+                                    hold=hold is not None)
         except OwnerLimitReached as e:
             return {"error": f"you already have {e.limit} appointments booked, the most one "
                              f"caller may hold; cancel one to book another"}
         if booked is not None:
+            self._held(hold, [booked.id])
             return {"booked": True}
         return {"booked": False, "alternatives": [
             t for t in self._nearest(service, day, time) if t != time][:MAX_OFFERED]}
 
-    def cancel_appointment(self, name: str, day: str, *, caller: str | None = None) -> dict:
+    def cancel_appointment(self, name: str, day: str, *, caller: str | None = None,
+                           hold: Hold | None = None) -> dict:
         if day not in DAYS or not isinstance(name, str) or not name.strip():
             return {"error": "a name and a weekday are needed"}
-        return {"cancelled": self.book.cancel(name, day, owner=caller, rule=self.owner_rule)}
+        ids = self.book.cancel(name, day, owner=caller, rule=self.owner_rule,
+                               hold=hold is not None)
+        self._held(hold, ids)
+        return {"cancelled": bool(ids)}
 
-    def call(self, name: str, arguments: dict[str, Any], *, caller: str | None = None) -> dict:
+    def _held(self, hold: Hold | None, ids: list[int]) -> None:
+        """Hand held changes to their keeper; one it refuses (the reply they belong to was
+        already discarded) is undone at once."""
+        if hold is not None and ids and not hold(ids):
+            self.book.settle(ids, keep=False)
+
+    def settle(self, ids: list[int], keep: bool) -> None:
+        """Confirm or undo held changes (AppointmentBook.settle)."""
+        self.book.settle(ids, keep)
+
+    def call(self, name: str, arguments: dict[str, Any], *, caller: str | None = None,
+             hold: Hold | None = None) -> dict:
         """Run one tool by name for `caller` (unknown tools and bad arguments give
-        {"error": ...}; only the schema's own arguments are accepted)."""
+        {"error": ...}; only the schema's own arguments are accepted). `hold`: the change a
+        booking or cancellation makes is held (agent.book: HELD / CANCELLING) and its ids
+        handed to `hold(ids)`, whose owner settles them; `hold` returning False undoes them
+        at once."""
         if name not in self.names or not isinstance(arguments, dict):
             return {"error": f"unknown tool {name!r}"}
         unexpected = sorted(str(k) for k in set(arguments) - self._arguments[name])
         if unexpected:
             return {"error": f"unexpected argument {unexpected[0][:40]!r}"}
         owned = {"caller": caller} if name != "check_availability" else {}
+        if hold is not None and name != "check_availability":
+            owned["hold"] = hold
         try:
             return getattr(self, name)(**arguments, **owned)
         except TypeError as exc:  # missing arguments
@@ -175,13 +202,20 @@ class ReceptionistTools:
             required=t["function"]["parameters"]["required"]) for t in self.schemas])
 
     def register(self, llm, *, caller: str | None = None,
-                 cancel_on_interruption: bool = True) -> None:
+                 cancel_on_interruption: bool = True, ledger=None) -> None:
         """Register every tool on a pipecat LLMService for one session's `caller` (the
-        session's owner identity; the book runs in a worker thread)."""
+        session's owner identity; the book runs in a worker thread). `ledger` (a
+        voice.tool_ledger.ToolLedger): bookings and cancellations are held until the caller
+        hears the reply that confirms them (`ledger.holder()` for each call)."""
         for name in self.names:
             async def handler(params, _name=name):
-                result = await asyncio.to_thread(self.call, _name, dict(params.arguments),
-                                                 caller=caller)
+                hold = ledger.holder(params.tool_call_id) if ledger is not None else None
+                try:
+                    result = await asyncio.to_thread(self.call, _name, dict(params.arguments),
+                                                     caller=caller, hold=hold)
+                except Exception as e:  # the book failed: the model says so, never silence
+                    log.warning("%s failed: %r", _name, e)
+                    result = {"error": UNAVAILABLE}
                 await params.result_callback(result)
 
             llm.register_function(name, handler, cancel_on_interruption=cancel_on_interruption)

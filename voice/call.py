@@ -146,6 +146,8 @@ class Call:
         if self.tracker is not None:  # flushes a turn that never produced audio
             with contextlib.suppress(Exception):
                 await self.tracker.close()
+        if self.parts.ledger is not None:  # bookings nobody heard confirmed are undone
+            await self.parts.ledger.close()
 
 
 def start_call(state, transport, *, session_id: str, build: Callable | None = None,

@@ -66,7 +66,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMUserAggregatorParams,
 )
 from pipecat.processors.filters.function_filter import FunctionFilter
-from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import (
@@ -81,6 +81,7 @@ from diffvoice.voice.llm_service import DiffusionLLMService
 from diffvoice.voice.receptionist.setup import agent_of
 from diffvoice.voice.smart_turn import shared_smart_turn
 from diffvoice.voice.speech_vad import SpeechTrackingVAD
+from diffvoice.voice.tool_ledger import ToolLedger
 from diffvoice.voice.transport import protocol
 from diffvoice.voice.transport.vad_aligned import WINDOW_SECS, VadAlignedInput
 from diffvoice.voice.turn_end import MeaningTurnStopStrategy
@@ -103,6 +104,7 @@ class CallParts:
     turn_end: MeaningTurnStopStrategy | None = None
     context: LLMContext | None = None
     vad: Any = None  # SpeechTrackingVAD
+    ledger: ToolLedger | None = None  # the receptionist's held bookings (voice.tool_ledger)
 
     @classmethod
     def of(cls, built) -> CallParts:
@@ -214,10 +216,13 @@ def build_pipeline(
     context = call_context(state)
     llm = served_llm(state, request_prefix=f"voice-{session_id}",
                      draft_context=context if eager_drafts else None)
+    ledger = None
     if receptionist is not None:  # the appointment book's tools run inside this call,
         # as its caller: bookings belong to the transport's identity (agent.owner;
-        # a phone number from Twilio's signed webhook, else this session), never to words
-        receptionist.register(llm, caller=caller or session_owner(session_id))
+        # a phone number from Twilio's signed webhook, else this session), never to words;
+        # a booking or cancellation holds until the caller hears it confirmed
+        ledger = ToolLedger(receptionist.settle)
+        receptionist.register(llm, caller=caller or session_owner(session_id), ledger=ledger)
     meaning = MeaningTurnStopStrategy(
         window_secs=window, stop_secs=stop_secs,
         speech_end=lambda: vad.last_speech_t, hearing_speech=lambda: vad.hearing_speech,
@@ -243,11 +248,12 @@ def build_pipeline(
     drafter = [EagerDrafter(llm.drafts, stable_secs=config.draft_stable_secs)] if eager_drafts \
         else []
     tts = state.tts.make_service()
-    on_frame = tracker.on_frame
-    if observe is not None:
-        async def on_frame(where: str, frame: Frame, direction=None) -> None:
-            await tracker.on_frame(where, frame, direction)
-            await observe(where, frame, direction)
+    taps = [tracker.on_frame] + ([ledger.on_frame] if ledger is not None else []) + (
+        [observe] if observe is not None else [])
+
+    async def on_frame(where: str, frame: Frame, direction=FrameDirection.DOWNSTREAM) -> None:
+        for tap in taps:
+            await tap(where, frame, direction)
 
     pipeline = Pipeline(
         [
@@ -284,7 +290,7 @@ def build_pipeline(
         name=f"voice-{session_id}",
     )
     return CallParts(pipeline, worker, tracker=tracker, llm=llm, turn_end=meaning,
-                     context=context, vad=vad)
+                     context=context, vad=vad, ledger=ledger)
 
 
 def turn_line(record: dict) -> str:

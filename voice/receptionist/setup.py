@@ -56,6 +56,10 @@ def receptionist_for(config, engine, warnings: list[str]):
         warnings.append(f"appointment book disabled: {exc}")
         logger.warning(f"appointment book disabled: {exc}")
         return None
+    undone = tools.book.undo_stale()  # held by calls that died before they were confirmed
+    if undone:
+        logger.warning(f"appointment book: undid {undone} unconfirmed change(s) of calls that "
+                       "ended without settling them")
     logger.info(f"appointment book: {tools.book.path} ({', '.join(tools.names)})")
     print(f"diffvoice: appointment book {tools.book.path} (--appointments-db to move it)",
           flush=True)

@@ -132,8 +132,8 @@ def two_callers(server, speech):
     results = []
     real_call = live.state.receptionist.call
 
-    def spy(name, arguments, *, caller=None):
-        result = real_call(name, arguments, caller=caller)
+    def spy(name, arguments, *, caller=None, **kwargs):
+        result = real_call(name, arguments, caller=caller, **kwargs)
         results.append((name, arguments, result))
         return result
 

@@ -36,8 +36,8 @@ def server(random_engine, tmp_path_factory):
     calls = []
     real_call = state.receptionist.call
 
-    def spy(name, arguments, *, caller=None):
-        result = real_call(name, arguments, caller=caller)
+    def spy(name, arguments, *, caller=None, **kwargs):
+        result = real_call(name, arguments, caller=caller, **kwargs)
         calls.append((name, arguments, result, caller))
         return result
 
