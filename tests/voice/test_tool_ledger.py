@@ -280,3 +280,45 @@ async def test_a_failing_book_gets_an_answer_not_silence(random_engine, tools):
     assert context.get_messages()[-1]["role"] == "assistant"  # the result was answered
     assert context.get_messages()[-1]["content"]
     assert ledger.log == []
+
+
+@pytest.mark.parametrize("final", ["Book me in for friday, please.", "Book me in, please."],
+                         ids=["draft-discarded", "draft-taken"])
+async def test_a_drafts_call_runs_only_as_the_turns_answer(random_engine, tools, final):
+    """An eager draft made while the caller was still talking holds a tool call; the call runs
+    once, for the turn's answer: never from a draft that the final transcript discarded, and
+    not twice when the draft is the answer."""
+    service, day, time_ = _slot(tools)
+    props = {"service": {"type": "string", "enum": [service]},
+             "day": {"type": "string", "enum": [day]},
+             "time": {"type": "string", "enum": [time_]},
+             "name": {"type": "string", "enum": ["Ann"]}}
+    schema = ToolsSchema(standard_tools=[FunctionSchema(
+        name="book_appointment", description="Book a visit.", properties=props,
+        required=list(props))])
+    context = LLMContext(messages=[], tools=schema, tool_choice={
+        "type": "function", "function": {"name": "book_appointment"}})
+    llm = DiffusionLLMService(random_engine, system_prompt=None, max_new_tokens=16,
+                              sampling_overrides=RANDOM_LLM, draft_context=context)
+    ran = []
+
+    async def handler(params):
+        ran.append(llm.drafts.last_turn.hit)  # was this turn's answer the draft?
+        await params.result_callback({"booked": True})
+
+    llm.register_function("book_appointment", handler)
+    pair = LLMContextAggregatorPair(context)
+
+    async def draft_then_answer() -> None:
+        await asyncio.sleep(0.3)  # the pipeline below has started
+        draft = llm.drafts.propose("Book me in, please.")  # the interim transcript
+        await asyncio.wait_for(asyncio.shield(draft.task), scaled(30))
+        assert draft.done and ran == []  # a finished draft ran nothing
+        context.add_message({"role": "user", "content": final})
+        await llm.queue_frame(LLMContextFrame(context))
+
+    task = asyncio.ensure_future(draft_then_answer())
+    await run_test(Pipeline([llm, pair.assistant()]),
+                   frames_to_send=[SleepFrame(sleep=scaled(8.0))])
+    await task
+    assert ran == [final == "Book me in, please."]  # once, from the draft only if taken
