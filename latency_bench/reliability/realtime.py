@@ -44,7 +44,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,8 @@ class Conn:
         self.close_code: int | None = None
         self.close_reason: str | None = None
         self.closed_t: float | None = None
+        self.recent: deque[str] = deque(maxlen=8)  # the latest event types (for mismatches)
+        self.count: Counter = Counter()  # events received, by type
         self._task = asyncio.create_task(self._read())
 
     @classmethod
@@ -137,6 +139,8 @@ class Conn:
                 event = json.loads(message) if isinstance(message, str) else {
                     "type": "<binary>"}
                 self.seen[event.get("type")] = event
+                self.recent.append(str(event.get("type")))
+                self.count[event.get("type")] += 1
                 self.events.put_nowait(event)
         except (ConnectionClosed, ValueError):
             pass
@@ -197,14 +201,20 @@ def _show(payload: Any) -> str:
     return text if len(text) <= 160 else f"{text[:120]}... ({len(text)} chars)"
 
 
-async def _expect(conn: Conn, step: Step, family: str, payload: Any, fuzz: Fuzz) -> bool:
-    """True when the step got its answer; else the mismatch is recorded."""
+async def _expect(conn: Conn, step: Step, family: str, payload: Any, fuzz: Fuzz,
+                  base: Counter) -> bool:
+    """True when the step got its answer; else the mismatch is recorded. `base`: the event
+    counts when the case began (a step with `nth` counts from there)."""
     deadline = time.monotonic() + step.timeout_s
     while True:
+        if step.nth is not None and conn.count[step.until] - base[step.until] >= step.nth:
+            return True
         try:
             event = await conn.next(deadline - time.monotonic())
         except TimeoutError:
-            fuzz.miss(f"{family}: no answer in {step.timeout_s:.0f} s to {_show(payload)}")
+            what = _show(payload) if payload is not None else f"(waiting for {step.until})"
+            fuzz.miss(f"{family}: no answer in {step.timeout_s:.0f} s to {what}; the last "
+                      f"events: {list(conn.recent)}")
             return False
         kind = event["type"]
         if kind == "<closed>":
@@ -223,14 +233,15 @@ async def _expect(conn: Conn, step: Step, family: str, payload: Any, fuzz: Fuzz)
                           f"({str(err.get('message'))[:100]}) to {_show(payload)}")
                 return False
             return True
-        if step.error is None and kind == step.until and (step.match is None
-                                                          or step.match(event)):
+        if step.error is None and kind == step.until and step.nth is None and (
+                step.match is None or step.match(event)):
             return True
 
 
 async def _run_case(conn: Conn, case: Case, send, fuzz: Fuzz) -> bool:
     """Its steps in order; False if one was not answered as documented."""
     pending: list[tuple[Step, Any]] = []
+    base = Counter(conn.count)
     for k, step in enumerate(case.steps):
         payload = step.payload(conn.seen) if callable(step.payload) else step.payload
         if callable(step.payload) and payload is None:
@@ -248,7 +259,7 @@ async def _run_case(conn: Conn, case: Case, send, fuzz: Fuzz) -> bool:
         if not step.wait:
             continue
         for s, p in pending:
-            if not await _expect(conn, s, case.family, p, fuzz):
+            if not await _expect(conn, s, case.family, p, fuzz, base):
                 return False
             if s.error is not None:
                 fuzz.answered += 1
@@ -305,7 +316,7 @@ async def _fuzz_socket(ctx: Ctx, index: int, mine: list[Case], rate: float, fuzz
             if n % PROBE_EVERY == 0 or n == len(mine):
                 fuzz.probes += 1
                 await send(probe.payload)
-                if await _expect(conn, probe, "probe", probe.payload, fuzz):
+                if await _expect(conn, probe, "probe", probe.payload, fuzz, Counter()):
                     fuzz.probes_ok += 1
         with contextlib.suppress(TimeoutError):  # anything more (a duplicate error) is wrong
             while True:
@@ -344,7 +355,7 @@ def spoken(turn: TurnResult) -> bool:
 
 async def _phase_fuzz(ctx: Ctx, scale: dict, tally: Tally) -> dict[str, Any]:
     rng = random.Random(31)
-    mix = cases(rng, scale["rt_malformed"], scale["rt_text_responses"],
+    mix = cases(rng, scale["rt_malformed"], scale["rt_busy_responses"],
                 scale["rt_audio_responses"])
     n = scale["rt_sockets"]
     shares = [mix[k::n] for k in range(n)]
@@ -628,6 +639,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
     log = _log_text(ctx)[log_start:]
     tracebacks = log.count("Traceback (most recent call last)")
     internal = log.count(": internal error")
+    vad_late = log.count("caller audio reaches the VAD")  # voice.lag_watch, any session
 
     good = sum(map(spoken, turns))
     summary = turn_summary(turns)
@@ -680,6 +692,7 @@ async def run(ctx: Ctx, scale: dict) -> dict[str, Any]:
             "closes_by_code": dict(sorted(tally.closes.items())), "http_5xx": tally.http_5xx,
             "connect_failures": tally.connect_failures,
             "lag_max_ms": lag, "fuzz_s": a["fuzz_s"], "live": summary,
+            "vad_late_log_lines": vad_late,
             **mem, "families": {k: {"sent": v[0], "answered": v[1]}
                                 for k, v in sorted(fuzz.families.items())},
             "mismatch_examples": fuzz.examples, "checks": checks}

@@ -11,7 +11,8 @@ summed), drawn from a seeded `random.Random`, so a run is reproducible. A `Case`
 - `Step(payload, error=code, event_id=...)`: a malformed event, answered by exactly one error;
 - `Step(payload, until=type, match=...)`: a valid event, answered by an event of that type (and
   no error);
-- `Step(None, until=type)`: nothing sent, wait for an event (a response's `response.done`);
+- `Step(None, until=type, nth=n)`: nothing sent, wait until the case has seen n events of that
+  type (a response's `response.done`, which may come while earlier steps are awaited);
 - `Step(..., wait=False)`: sent without waiting (the next step's answer covers it);
 - a payload may be a function of the events seen so far (`seen[type]` = the latest of each
   type): an id the server made. It returns None when what it needs is missing (the rest of
@@ -22,7 +23,7 @@ session_update, append, huge (just under / over the 256 KiB event cap and the 2 
 item_create, item_ref (retrieve / delete / truncate of unknown items), response_create,
 response_cancel, output_clear, deep (nesting past the parser's limit, and a parseable deep tool
 schema), surrogate (lone UTF-16 surrogate escapes), and the sequences seq_commit, seq_items,
-seq_response_text, seq_response_audio, seq_after_error.
+seq_response_busy, seq_response_audio, seq_after_error.
 Knows nothing about sockets.
 """
 
@@ -55,6 +56,7 @@ class Step:
     match: Callable[[dict], bool] | None = None
     wait: bool = True
     timeout_s: float = 20.0
+    nth: int | None = None  # answered once `until` has come this many times in the case
 
 
 @dataclass
@@ -476,14 +478,15 @@ QUESTIONS = ("What time do you open on Monday?", "Can I book a checkup for Frida
              "Do you take new patients?", "Where are you located?")
 
 
-def _seq_response_text(rng: random.Random, i: int) -> Case:
-    """A text response; while it runs: response.create again, a valid and a bad
-    session.update, a cancel naming another response; after it: cancel with nothing to cancel,
-    function_call_output for an unknown call."""
+def _seq_response_busy(rng: random.Random, i: int) -> Case:
+    """A spoken response (active while its audio plays, paced at real time); while it runs:
+    response.create again, a valid and a bad session.update, a cancel naming another response;
+    after it: cancel with nothing to cancel, function_call_output for an unknown call, then a
+    text-only response."""
     steps = [
         Step(json.dumps(_text_item(rng.choice(QUESTIONS))), until="conversation.item.done"),
-        Step(json.dumps({"type": "response.create", "response": {
-            "output_modalities": ["text"], "max_output_tokens": 16}}), wait=False),
+        Step(json.dumps({"type": "response.create", "response": {"max_output_tokens": 24}}),
+             wait=False),
         bad_event(rng, i, {"type": "response.create"},
                   "conversation_already_has_active_response"),
         Step(json.dumps({"type": "session.update", "session": {"instructions":
@@ -493,13 +496,16 @@ def _seq_response_text(rng: random.Random, i: int) -> Case:
                   "invalid_value"),
         bad_event(rng, i, {"type": "response.cancel", "response_id": "resp_not_this_one"},
                   "response_cancel_not_active"),
-        Step(None, until="response.done", timeout_s=90.0),
+        Step(None, until="response.done", nth=1, timeout_s=90.0),
         bad_event(rng, i, {"type": "response.cancel"}, "response_cancel_not_active"),
         bad_event(rng, i, {"type": "conversation.item.create", "item": {
             "type": "function_call_output", "call_id": "call_unknown", "output": "{}"}},
             "invalid_value"),
+        Step(json.dumps({"type": "response.create", "response": {
+            "output_modalities": ["text"], "max_output_tokens": 16}}), wait=False),
+        Step(None, until="response.done", nth=2, timeout_s=90.0),
     ]
-    return Case("seq_response_text", steps)
+    return Case("seq_response_busy", steps)
 
 
 def _assistant_item(seen: dict) -> str | None:
@@ -528,8 +534,8 @@ def _seq_response_audio(rng: random.Random, i: int) -> Case:
     steps = [
         Step(json.dumps(_text_item(rng.choice(QUESTIONS))), until="conversation.item.done"),
         Step(json.dumps({"type": "response.create", "response": {"max_output_tokens": 24}}),
-             until="response.created"),
-        Step(None, until="response.done", timeout_s=120.0),
+             until="response.created", nth=1),
+        Step(None, until="response.done", nth=1, timeout_s=120.0),
         bad("conversation.item.truncate", "invalid_value", content_index=0,
             audio_end_ms=10**7),
         bad("conversation.item.truncate", "invalid_value", content_index=1, audio_end_ms=0),
@@ -672,12 +678,12 @@ SINGLE = {"bad_json": 8, "non_object": 5, "bad_type": 8, "binary": 4, "event_id"
 SEQUENCES = {"seq_commit": 4, "seq_items": 3, "seq_after_error": 3}
 
 
-def cases(rng: random.Random, n: int, text_responses: int = 2,
+def cases(rng: random.Random, n: int, busy_responses: int = 2,
           audio_responses: int = 1) -> list[Case]:
     """At least n malformed events: the weighted single-event families and the cheap
-    sequences, plus `text_responses` / `audio_responses` response sequences (which run the
+    sequences, plus `busy_responses` / `audio_responses` response sequences (which run the
     model: counted, not weighted)."""
-    out = [_seq_response_text(rng, 900_000 + k) for k in range(text_responses)]
+    out = [_seq_response_busy(rng, 900_000 + k) for k in range(busy_responses)]
     out += [_seq_response_audio(rng, 950_000 + k) for k in range(audio_responses)]
     weights = {**SINGLE, **SEQUENCES}
     names, w = list(weights), list(weights.values())
