@@ -22,6 +22,11 @@ from pipecat.audio.utils import create_stream_resampler
 from diffvoice.voice.telephony import mulaw
 
 PCM_RATE = 24000
+# soxr's "LQ" holds back 6 ms of a stream; pipecat's default "VHQ" 37.5 ms, on the way in and
+# again on the way out: a Realtime turn was ~60 ms slower than /ws's in endpointing alone
+# (docs/perf-realtime). Speech at 16 kHz for the recogniser and TTS audio lose nothing a
+# listener or the recogniser notices at LQ (passband to 0.8 of Nyquist, 16-bit).
+QUALITY = "LQ"
 G711_RATE = 8000
 TYPES = ("audio/pcm", "audio/pcmu", "audio/pcma")
 
@@ -107,7 +112,7 @@ class Decoder:
         self.fmt, self.out_rate = fmt, out_rate
         # caller audio is one continuous stream however it is chunked: pipecat's default (reset
         # after 0.2 s without input) cut ~44 ms from every append sent > 0.2 s after the last
-        self._resampler = create_stream_resampler(clear_after_secs=None)
+        self._resampler = create_stream_resampler(clear_after_secs=None, quality=QUALITY)
 
     async def pcm(self, data: bytes) -> bytes:
         pcm = _pcm_of(self.fmt, data).astype("<i2").tobytes()
@@ -121,7 +126,7 @@ class Encoder:
 
     def __init__(self, fmt: Format, in_rate: int) -> None:
         self.fmt, self.in_rate = fmt, in_rate
-        self._resampler = create_stream_resampler()
+        self._resampler = create_stream_resampler(quality=QUALITY)
 
     async def encode(self, pcm: bytes) -> bytes:
         if self.fmt.rate != self.in_rate:

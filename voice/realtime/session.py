@@ -84,7 +84,7 @@ from diffvoice.voice.transport.ws_session import (
 )
 
 PIPELINE_RATE = 16000  # what the call's VAD and ASR hear
-OUTPUT_RATE = 24000  # what the call's output transport writes (audio/pcm; G.711 resampled)
+OUTPUT_RATE = 24000  # audio/pcm's rate (the call's output runs at the TTS's own rate)
 MAX_EVENT_CHARS = 256 * 1024  # one client event; longer is refused before it is parsed
 MAX_APPEND_SECS = 2.0  # audio in one input_audio_buffer.append
 MAX_ITEMS = 1024  # conversation items kept for retrieve / truncate / delete
@@ -173,6 +173,7 @@ class RealtimeSession(BrowserSession):
         self._heard_words: list[str] = []  # turn detection off: words before the commit
         self._decoder: Decoder | None = None
         self._encoder: Encoder | None = None
+        self._out_rate = OUTPUT_RATE  # the call's output rate (the TTS's), set in run()
         self._saved: tuple | None = None  # the LLM's settings a response overrode
         self._idle_task: asyncio.Task | None = None
         self._transcribed = asyncio.Event()  # no user item waits for its transcript
@@ -237,14 +238,15 @@ class RealtimeSession(BrowserSession):
                 stop_secs=state.config.stop_secs)
             self.ingest = IngestLimit.from_config(state.config)
             self._decoder = Decoder(self.cfg.input_format, PIPELINE_RATE)
-            self._encoder = Encoder(self.cfg.output_format, OUTPUT_RATE)
+            self._out_rate = state.tts.sample_rate  # the TTS's own: resampled in the Encoder
+            self._encoder = Encoder(self.cfg.output_format, self._out_rate)
             transport = BrowserTransport(self._send_audio, input_sample_rate=PIPELINE_RATE,
-                                         output_sample_rate=OUTPUT_RATE)
+                                         output_sample_rate=self._out_rate)
             self._transport = transport
             self.call = start_call(
                 state, transport, session_id=self.session_id, observe=self._observe,
                 before_llm=[self.gate], audio_in_sample_rate=PIPELINE_RATE,
-                audio_out_sample_rate=OUTPUT_RATE)
+                audio_out_sample_rate=self._out_rate)
 
             def _output_stalled() -> None:
                 if self._watchdog is not None:
@@ -356,7 +358,7 @@ class RealtimeSession(BrowserSession):
         if old is None or cfg.input_format != old.input_format:
             self._decoder = Decoder(cfg.input_format, PIPELINE_RATE)
         if old is None or cfg.output_format != old.output_format:
-            self._encoder = Encoder(cfg.output_format, OUTPUT_RATE)
+            self._encoder = Encoder(cfg.output_format, self._out_rate)
         td = cfg.turn_detection
         if td.type is not None and call.vad is not None:
             stop, window = td.stop_and_window(self.state.config.turn_window_secs)
@@ -915,7 +917,7 @@ class RealtimeSession(BrowserSession):
         if response is None or not response.audio:
             return True  # nothing to say it in (cancelled, or a text response)
         await self._message(response)
-        response.audio_ms += len(pcm) / 2 / OUTPUT_RATE * 1000.0
+        response.audio_ms += len(pcm) / 2 / self._out_rate * 1000.0
         data = await self._encoder.encode(pcm)
         if not data:
             return True
