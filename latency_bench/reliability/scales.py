@@ -32,7 +32,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "soak_ramp_s": 2.0, "soak_warmup_s": 3.0, "soak_procs": 1,
         "rt_malformed": 300, "rt_sockets": 3, "rt_send_rate": 50.0, "rt_busy_responses": 1,
         "rt_audio_responses": 1, "rt_live_turns": 1, "rt_idle_sockets": 2,
-        "rt_mem_warmup": 150, "rt_mem_sessions": 30, "rt_mem_concurrency": 2,
+        # memory per session is judged by the full run (test_reliability_short leaves the RSS
+        # goal to it, as for /ws): a few sessions here only show they open and close
+        "rt_mem_warmup": 10, "rt_mem_sessions": 10, "rt_mem_concurrency": 2,
         "part_timeout_s": 150,
     },
     "full": {
