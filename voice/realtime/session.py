@@ -483,8 +483,10 @@ class RealtimeSession(BrowserSession):
         if done:
             await self.emit("conversation.item.done", previous_item_id=previous, item=item)
 
-    async def _user_audio_item(self) -> str:
-        item_id = _id("item")
+    async def _user_audio_item(self, item_id: str | None = None) -> str:
+        """Commit a user audio item (a new id unless the VAD's segment named one), awaiting
+        its transcript."""
+        item_id = item_id or _id("item")
         previous = self._previous()
         await self.emit("input_audio_buffer.committed", previous_item_id=previous,
                         item_id=item_id)
@@ -824,7 +826,7 @@ class RealtimeSession(BrowserSession):
                 await self.emit("input_audio_buffer.speech_stopped",
                                 audio_end_ms=round(self._heard_ms), item_id=item_id)
                 self._buffer_ms = 0.0
-                await self._user_audio_item_with(item_id)
+                await self._user_audio_item(item_id)
         elif isinstance(frame, TranscriptionFrame):
             text = frame.text.strip()
             if text:
@@ -852,16 +854,6 @@ class RealtimeSession(BrowserSession):
         await self.emit("conversation.item.input_audio_transcription.completed",
                         item_id=item_id, content_index=0, transcript=text,
                         usage={"type": "duration", "seconds": 0})
-
-    async def _user_audio_item_with(self, item_id: str) -> None:
-        previous = self._previous()
-        await self.emit("input_audio_buffer.committed", previous_item_id=previous,
-                        item_id=item_id)
-        item = {"id": item_id, "type": "message", "object": "realtime.item", "role": "user",
-                "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
-        await self._add_item(item, done=True)
-        self._untranscribed.append(item_id)
-        self._transcribed.clear()
 
     async def _on_llm(self, frame) -> None:
         response = self.response
